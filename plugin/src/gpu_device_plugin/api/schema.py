@@ -1,0 +1,136 @@
+"""The v1beta1 messages, built at import time from a declaration in plain Python.
+
+Why not protoc output: generated `_pb2` modules are tied to the protobuf runtime that
+generated them (3.20-era code breaks on newer runtimes and the reverse), and our images
+carry protobuf 3.20 (kirkstone) up to 6.x/7.x. A FileDescriptorProto assembled here
+works on all of them; `tests/plugin/test_api_schema.py` proves it matches `deviceplugin.proto`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+PACKAGE = "v1beta1"
+FILE_NAME = "gpu_device_plugin/deviceplugin_v1beta1.proto"
+
+_F = descriptor_pb2.FieldDescriptorProto
+STRING, BOOL, INT32, INT64, MESSAGE = _F.TYPE_STRING, _F.TYPE_BOOL, _F.TYPE_INT32, _F.TYPE_INT64, _F.TYPE_MESSAGE
+OPTIONAL, REPEATED = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
+
+# (field name, number, type, label, message type name or "" ); "map" marks map<string,string>.
+MESSAGES: dict[str, list[tuple[str, int, Any, Any, str]]] = {
+    "DevicePluginOptions": [
+        ("pre_start_required", 1, BOOL, OPTIONAL, ""),
+        ("get_preferred_allocation_available", 2, BOOL, OPTIONAL, ""),
+    ],
+    "RegisterRequest": [
+        ("version", 1, STRING, OPTIONAL, ""),
+        ("endpoint", 2, STRING, OPTIONAL, ""),
+        ("resource_name", 3, STRING, OPTIONAL, ""),
+        ("options", 4, MESSAGE, OPTIONAL, "DevicePluginOptions"),
+    ],
+    "Empty": [],
+    "ListAndWatchResponse": [("devices", 1, MESSAGE, REPEATED, "Device")],
+    "TopologyInfo": [("nodes", 1, MESSAGE, REPEATED, "NUMANode")],
+    "NUMANode": [("ID", 1, INT64, OPTIONAL, "")],
+    "Device": [
+        ("ID", 1, STRING, OPTIONAL, ""),
+        ("health", 2, STRING, OPTIONAL, ""),
+        ("topology", 3, MESSAGE, OPTIONAL, "TopologyInfo"),
+    ],
+    "PreStartContainerRequest": [("devices_ids", 1, STRING, REPEATED, "")],
+    "PreStartContainerResponse": [],
+    "PreferredAllocationRequest": [
+        ("container_requests", 1, MESSAGE, REPEATED, "ContainerPreferredAllocationRequest"),
+    ],
+    "ContainerPreferredAllocationRequest": [
+        ("available_deviceIDs", 1, STRING, REPEATED, ""),
+        ("must_include_deviceIDs", 2, STRING, REPEATED, ""),
+        ("allocation_size", 3, INT32, OPTIONAL, ""),
+    ],
+    "PreferredAllocationResponse": [
+        ("container_responses", 1, MESSAGE, REPEATED, "ContainerPreferredAllocationResponse"),
+    ],
+    "ContainerPreferredAllocationResponse": [("deviceIDs", 1, STRING, REPEATED, "")],
+    "AllocateRequest": [("container_requests", 1, MESSAGE, REPEATED, "ContainerAllocateRequest")],
+    "ContainerAllocateRequest": [("devices_ids", 1, STRING, REPEATED, "")],
+    "CDIDevice": [("name", 1, STRING, OPTIONAL, "")],
+    "AllocateResponse": [("container_responses", 1, MESSAGE, REPEATED, "ContainerAllocateResponse")],
+    "ContainerAllocateResponse": [
+        ("envs", 1, MESSAGE, REPEATED, "map"),
+        ("mounts", 2, MESSAGE, REPEATED, "Mount"),
+        ("devices", 3, MESSAGE, REPEATED, "DeviceSpec"),
+        ("annotations", 4, MESSAGE, REPEATED, "map"),
+        ("cdi_devices", 5, MESSAGE, REPEATED, "CDIDevice"),
+    ],
+    "Mount": [
+        ("container_path", 1, STRING, OPTIONAL, ""),
+        ("host_path", 2, STRING, OPTIONAL, ""),
+        ("read_only", 3, BOOL, OPTIONAL, ""),
+    ],
+    "DeviceSpec": [
+        ("container_path", 1, STRING, OPTIONAL, ""),
+        ("host_path", 2, STRING, OPTIONAL, ""),
+        ("permissions", 3, STRING, OPTIONAL, ""),
+    ],
+}
+
+# service -> [(method, request, response, server_streaming)]
+SERVICES: dict[str, list[tuple[str, str, str, bool]]] = {
+    "Registration": [("Register", "RegisterRequest", "Empty", False)],
+    "DevicePlugin": [
+        ("GetDevicePluginOptions", "Empty", "DevicePluginOptions", False),
+        ("ListAndWatch", "Empty", "ListAndWatchResponse", True),
+        ("GetPreferredAllocation", "PreferredAllocationRequest", "PreferredAllocationResponse", False),
+        ("Allocate", "AllocateRequest", "AllocateResponse", False),
+        ("PreStartContainer", "PreStartContainerRequest", "PreStartContainerResponse", False),
+    ],
+}
+
+
+def _map_entry_name(field_name: str) -> str:
+    # protoc's naming for the synthetic entry message of a map field: envs -> EnvsEntry
+    return "".join(part.capitalize() for part in field_name.split("_")) + "Entry"
+
+
+def file_descriptor_proto() -> descriptor_pb2.FileDescriptorProto:
+    """The whole API as a FileDescriptorProto (what protoc would produce)."""
+    fdp = descriptor_pb2.FileDescriptorProto(name=FILE_NAME, package=PACKAGE, syntax="proto3")
+    fdp.options.go_package = "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+    for msg_name, fields in MESSAGES.items():
+        msg = fdp.message_type.add(name=msg_name)
+        for name, number, ftype, label, type_name in fields:
+            field = msg.field.add(name=name, number=number, type=ftype, label=label)
+            if type_name == "map":
+                entry = msg.nested_type.add(name=_map_entry_name(name))
+                entry.options.map_entry = True
+                entry.field.add(name="key", number=1, type=STRING, label=OPTIONAL)
+                entry.field.add(name="value", number=2, type=STRING, label=OPTIONAL)
+                field.type_name = f".{PACKAGE}.{msg_name}.{entry.name}"
+            elif type_name:
+                field.type_name = f".{PACKAGE}.{type_name}"
+    for svc_name, methods in SERVICES.items():
+        svc = fdp.service.add(name=svc_name)
+        for method, req, resp, streaming in methods:
+            m = svc.method.add(name=method, input_type=f".{PACKAGE}.{req}", output_type=f".{PACKAGE}.{resp}")
+            if streaming:
+                m.server_streaming = True
+    return fdp
+
+
+def _message_class(descriptor: Any) -> type:
+    get_class = getattr(message_factory, "GetMessageClass", None)
+    if get_class is not None:  # protobuf >= 4.22
+        return get_class(descriptor)
+    return message_factory.MessageFactory().GetPrototype(descriptor)  # protobuf 3.20
+
+
+def _build() -> dict[str, type]:
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(file_descriptor_proto().SerializeToString())
+    return {name: _message_class(pool.FindMessageTypeByName(f"{PACKAGE}.{name}")) for name in MESSAGES}
+
+
+CLASSES = _build()

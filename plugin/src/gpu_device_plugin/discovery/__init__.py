@@ -1,0 +1,1 @@
+"""Discovery backends: which GPUs are on this machine, read through a root prefix."""

@@ -1,0 +1,1 @@
+"""Health monitors: event-driven where the platform has events; devices recover."""
