@@ -1,0 +1,407 @@
+"""Settings from flags, environment and a YAML file (precedence: flag > env > file > default).
+
+The file format is the official NVIDIA plugin's `version: v1` config (`flags`, `flags.plugin`,
+`sharing.timeSlicing`) so users can bring theirs; our own options live under `flags.plugin`
+with camelCase names. Parsing is pure: text/dicts in, `Settings` or `ConfigError` out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import yaml
+
+DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
+DEFAULT_RESOURCE = "nvidia.com/gpu"
+DISCOVERY_STRATEGIES = ("auto", "tegra", "nvml", "simulated")
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+DEVICE_ID_STRATEGIES = ("uuid", "index")
+ALLOCATION_POLICIES = ("distributed", "packed")
+MIG_STRATEGIES = ("none",)
+MAX_SIMULATED_GPUS = 64
+MAX_REPLICAS = 256
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the flag/field and how to fix it."""
+
+
+@dataclass(frozen=True)
+class TimeSlicing:
+    replicas: int = 1  # 1 = no sharing
+    rename_by_default: bool = False
+    fail_requests_greater_than_one: bool = False
+
+
+@dataclass(frozen=True)
+class Settings:
+    kubelet_socket: str = DEFAULT_KUBELET_SOCKET
+    device_discovery_strategy: str = "auto"
+    fail_on_init_error: bool = False
+    device_list_strategy: tuple[str, ...] = ("envvar",)
+    device_id_strategy: str = "uuid"
+    pass_device_specs: bool = False
+    mig_strategy: str = "none"
+    allocation_policy: str = "distributed"
+    cdi_annotation_prefix: str = "cdi.k8s.io/"
+    cdi_kind: str = "meta-gpu-k8s.io/gpu"
+    cdi_spec_dir: str = "/var/run/cdi"
+    simulated_gpus: int = 0
+    simulated_health_dir: str = ""
+    host_root: str = "/"
+    metrics_address: str = ""
+    health_recovery_period: float = 60.0
+    log_level: str = "info"
+    config_file: str = ""
+    time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
+
+    @property
+    def socket_dir(self) -> str:
+        # The kubelet's socket directory also holds ours (the official plugin's convention).
+        return self.kubelet_socket.rsplit("/", 1)[0] or "/"
+
+
+# ---------------------------------------------------------------- value parsers
+
+
+def _bool(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _choice(choices: Sequence[str]) -> Callable[[Any], str]:
+    def parse(text: Any) -> str:
+        value = str(text).strip()
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}; got {text!r}")
+        return value
+
+    return parse
+
+
+def _list_of(choices: Sequence[str]) -> Callable[[Any], tuple[str, ...]]:
+    def parse(value: Any) -> tuple[str, ...]:
+        items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+        out = tuple(str(i).strip() for i in items if str(i).strip())
+        bad = [i for i in out if i not in choices]
+        if bad or not out:
+            raise ValueError(f"must be one or more of {', '.join(choices)}; got {value!r}")
+        return tuple(dict.fromkeys(out))
+
+    return parse
+
+
+def _int_range(lo: int, hi: int) -> Callable[[Any], int]:
+    def parse(text: Any) -> int:
+        if isinstance(text, bool):
+            raise ValueError(f"must be a whole number {lo}..{hi}, got {text!r}")
+        try:
+            value = int(str(text).strip())
+        except ValueError:
+            raise ValueError(f"must be a whole number {lo}..{hi}, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"must be {lo}..{hi}, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds(text: Any) -> float:
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*", str(text))
+    if not match:
+        raise ValueError(f"must be a duration such as 30, 30s, 500ms or 2m; got {text!r}")
+    number, unit = float(match.group(1)), match.group(2) or "s"
+    return number * {"ms": 0.001, "s": 1.0, "m": 60.0}[unit]
+
+
+def _abs_path(text: Any) -> str:
+    value = str(text).strip()
+    if not value.startswith("/"):
+        raise ValueError(f"must be an absolute path, got {text!r}")
+    return value.rstrip("/") or "/"
+
+
+def _optional_path(text: Any) -> str:
+    return "" if str(text).strip() == "" else _abs_path(text)
+
+
+def _address(text: Any) -> str:
+    value = str(text).strip()
+    if value == "":
+        return ""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"must be HOST:PORT (e.g. 127.0.0.1:9402) or empty to disable; got {text!r}")
+    return value
+
+
+def _cdi_kind(text: Any) -> str:
+    value = str(text).strip()
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*\.[a-z]+/[a-zA-Z0-9][a-zA-Z0-9_.-]*", value):
+        raise ValueError(f"must be a CDI kind vendor.tld/class (e.g. nvidia.com/gpu); got {text!r}")
+    return value
+
+
+def _prefix(text: Any) -> str:
+    value = str(text).strip()
+    if not value.endswith("/"):
+        raise ValueError(f"must end with '/', e.g. cdi.k8s.io/; got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Option:
+    attr: str  # Settings attribute
+    flag: str
+    env: str
+    file_path: tuple[str, ...]  # where it lives in the v1 YAML file
+    parse: Callable[[Any], Any]
+    help: str
+    metavar: str = ""
+    env_aliases: tuple[str, ...] = ()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("kubelet_socket", "--kubelet-socket", "KUBELET_SOCKET", ("flags", "plugin", "kubeletSocket"),
+           _abs_path, "kubelet registration socket; its directory also holds ours", "PATH"),
+    Option("device_discovery_strategy", "--device-discovery-strategy", "DEVICE_DISCOVERY_STRATEGY",
+           ("flags", "deviceDiscoveryStrategy"), _choice(DISCOVERY_STRATEGIES),
+           "how GPUs are found: auto, tegra, nvml or simulated", "STRATEGY"),
+    Option("fail_on_init_error", "--fail-on-init-error", "FAIL_ON_INIT_ERROR", ("flags", "failOnInitError"),
+           _bool, "exit non-zero when no GPU can be discovered (default: keep running, register nothing)",
+           "BOOL"),
+    Option("device_list_strategy", "--device-list-strategy", "DEVICE_LIST_STRATEGY",
+           ("flags", "plugin", "deviceListStrategy"), _list_of(DEVICE_LIST_STRATEGIES),
+           "how allocated GPUs reach the container runtime: envvar, volume-mounts, cdi-annotations, "
+           "cdi-cri (comma-separated)", "LIST"),
+    Option("device_id_strategy", "--device-id-strategy", "DEVICE_ID_STRATEGY",
+           ("flags", "plugin", "deviceIDStrategy"), _choice(DEVICE_ID_STRATEGIES),
+           "what NVIDIA_VISIBLE_DEVICES names: uuid or index", "STRATEGY"),
+    Option("pass_device_specs", "--pass-device-specs", "PASS_DEVICE_SPECS", ("flags", "plugin", "passDeviceSpecs"),
+           _bool, "also hand the GPU's device nodes to the kubelet (needed with the CPU manager)", "BOOL"),
+    Option("mig_strategy", "--mig-strategy", "MIG_STRATEGY", ("flags", "migStrategy"), _choice(MIG_STRATEGIES),
+           "MIG handling; only 'none' (MIG-enabled GPUs are not handed out)", "STRATEGY"),
+    Option("allocation_policy", "--shared-devices-allocation-policy", "SHARED_DEVICES_ALLOCATION_POLICY",
+           ("flags", "plugin", "sharedDevicesAllocationPolicy"), _choice(ALLOCATION_POLICIES),
+           "preferred allocation: distributed (spread over GPUs) or packed", "POLICY"),
+    Option("cdi_annotation_prefix", "--cdi-annotation-prefix", "CDI_ANNOTATION_PREFIX",
+           ("flags", "plugin", "cdiAnnotationPrefix"), _prefix, "annotation prefix for cdi-annotations", "PREFIX"),
+    Option("cdi_kind", "--cdi-kind", "CDI_KIND", ("flags", "plugin", "cdiKind"), _cdi_kind,
+           "CDI kind (vendor/class) of the devices we name and the spec we write", "KIND"),
+    Option("cdi_spec_dir", "--cdi-spec-dir", "CDI_SPEC_DIR", ("flags", "plugin", "cdiSpecDir"), _abs_path,
+           "where the CDI spec is written when a cdi-* strategy is on", "DIR"),
+    Option("simulated_gpus", "--simulated-gpus", "SIMULATED_GPUS", ("flags", "plugin", "simulatedGpus"),
+           _int_range(0, MAX_SIMULATED_GPUS), f"number of fake GPUs for the simulated strategy (1..{MAX_SIMULATED_GPUS})",
+           "N"),
+    Option("simulated_health_dir", "--simulated-health-dir", "SIMULATED_HEALTH_DIR",
+           ("flags", "plugin", "simulatedHealthDir"), _optional_path,
+           "simulated GPUs: a file named <device-id> here holding 'Unhealthy' marks it unhealthy", "DIR"),
+    Option("host_root", "--host-root", "HOST_ROOT", ("flags", "plugin", "hostRoot"), _abs_path,
+           "read sysfs, device tree and /dev under this prefix (for containers and tests)", "PATH"),
+    Option("metrics_address", "--metrics-address", "METRICS_ADDRESS", ("flags", "plugin", "metricsAddress"),
+           _address, "serve /healthz and /metrics on HOST:PORT (off when empty)", "HOST:PORT"),
+    Option("health_recovery_period", "--health-recovery-period", "HEALTH_RECOVERY_PERIOD",
+           ("flags", "plugin", "healthRecoveryPeriod"), _seconds,
+           "how long an unhealthy GPU must behave before it is Healthy again", "DURATION"),
+    Option("log_level", "--log-level", "LOG_LEVEL", ("flags", "plugin", "logLevel"),
+           _choice(("debug", "info", "warning", "error")), "debug, info, warning or error", "LEVEL"),
+)
+
+_BY_ATTR = {o.attr: o for o in OPTIONS}
+
+_SHARING_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
+
+
+# ---------------------------------------------------------------- sources
+
+
+@dataclass(frozen=True)
+class FileConfig:
+    values: Mapping[str, Any]  # attr -> parsed value
+    time_slicing: TimeSlicing | None
+    warnings: tuple[str, ...]
+
+
+def parse_file(text: str, source: str = "config file") -> FileConfig:
+    """Parse a v1 YAML/JSON config file. Raises ConfigError naming the field."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}".replace("\n", " ")) from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{source}: top level must be a mapping with 'version: v1', got {type(doc).__name__}")
+    version = doc.get("version")
+    if version != "v1":
+        raise ConfigError(f"{source}: 'version' must be v1 (the official plugin's config format), got {version!r}")
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        raw = _dig(doc, option.file_path)
+        if raw is None:
+            continue
+        try:
+            values[option.attr] = option.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {'.'.join(option.file_path)} {exc}") from None
+    unknown = _unknown_keys(doc)
+    time_slicing, sharing_unknown = _parse_time_slicing(doc, source)
+    warnings = tuple(
+        [f"{source}: ignoring fields this plugin does not support: {', '.join(unknown + sharing_unknown)}"]
+        if unknown or sharing_unknown
+        else []
+    )
+    return FileConfig(values, time_slicing, warnings)
+
+
+def _dig(doc: Mapping[str, Any], path: Sequence[str]) -> Any:
+    node: Any = doc
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _unknown_keys(doc: Mapping[str, Any]) -> list[str]:
+    """Fields of the official format (or typos) we do not act on, so one warning can name them."""
+    known: dict[tuple[str, ...], set[str]] = {(): {"version", "flags", "sharing"}, ("flags",): {"plugin"},
+                                              ("sharing",): {"timeSlicing"}}
+    for option in OPTIONS:
+        known.setdefault(option.file_path[:-1], set()).add(option.file_path[-1])
+    out = []
+    for section, keys in known.items():
+        node = _dig(doc, section) if section else doc
+        if isinstance(node, dict):
+            out += [".".join((*section, str(k))) for k in node if k not in keys]
+    return sorted(out)
+
+
+def _parse_time_slicing(doc: Mapping[str, Any], source: str) -> tuple[TimeSlicing | None, list[str]]:
+    node = _dig(doc, ("sharing", "timeSlicing"))
+    if node is None:
+        return None, []
+    where = f"{source}: sharing.timeSlicing"
+    if not isinstance(node, dict):
+        raise ConfigError(f"{where} must be a mapping")
+    unknown = [f"sharing.timeSlicing.{k}" for k in node if k not in _SHARING_KEYS]
+    try:
+        rename = _bool(node.get("renameByDefault", False))
+        fail_gt1 = _bool(node.get("failRequestsGreaterThanOne", False))
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    resources = node.get("resources") or []
+    if not isinstance(resources, list):
+        raise ConfigError(f"{where}.resources must be a list of {{name, replicas}}")
+    replicas = 1
+    for i, entry in enumerate(resources):
+        at = f"{where}.resources[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{at} must be a mapping with name and replicas")
+        name = entry.get("name")
+        if name != DEFAULT_RESOURCE:
+            raise ConfigError(f"{at}.name must be {DEFAULT_RESOURCE} (the resource this plugin serves), got {name!r}")
+        try:
+            replicas = _int_range(1, MAX_REPLICAS)(entry.get("replicas"))
+        except ValueError as exc:
+            raise ConfigError(f"{at}.replicas {exc}") from None
+        unknown += [f"{at}.{k}" for k in entry if k not in ("name", "replicas")]
+    return TimeSlicing(replicas, rename, fail_gt1), unknown
+
+
+def parse_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        for name in (option.env, *option.env_aliases):
+            if name in environ and environ[name] != "":
+                try:
+                    values[option.attr] = option.parse(environ[name])
+                except ValueError as exc:
+                    raise ConfigError(f"environment {name} {exc}") from None
+                break
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags default to None so we can tell 'not given' from a value."""
+    parser.add_argument("--config-file", metavar="PATH", default=None,
+                        help="YAML config file (official plugin's v1 format) [env CONFIG_FILE]")
+    for option in OPTIONS:
+        parser.add_argument(option.flag, dest=option.attr, metavar=option.metavar or None, default=None,
+                            help=f"{option.help} [env {option.env}]")
+
+
+def parse_flags(namespace: argparse.Namespace) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        raw = getattr(namespace, option.attr, None)
+        if raw is None:
+            continue
+        try:
+            values[option.attr] = option.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{option.flag} {exc}") from None
+    return values
+
+
+def build(flags: Mapping[str, Any], env: Mapping[str, Any], file: FileConfig | None,
+          config_file: str = "") -> Settings:
+    """Merge the three sources (flag > env > file > default) and check cross-field rules."""
+    merged: dict[str, Any] = {}
+    if file is not None:
+        merged.update(file.values)
+    merged.update(env)
+    merged.update(flags)
+    settings = replace(Settings(config_file=config_file), **merged)
+    if file is not None and file.time_slicing is not None:
+        settings = replace(settings, time_slicing=file.time_slicing)
+    return validate(settings, origin={**{k: "file" for k in (file.values if file else {})},
+                                      **{k: "env" for k in env}, **{k: "flag" for k in flags}})
+
+
+def validate(settings: Settings, origin: Mapping[str, str] | None = None) -> Settings:
+    origin = origin or {}
+
+    def where(attr: str) -> str:
+        option = _BY_ATTR[attr]
+        return {"flag": option.flag, "env": f"environment {option.env}",
+                "file": f"config file {'.'.join(option.file_path)}"}.get(origin.get(attr, ""), option.flag)
+
+    if settings.device_discovery_strategy == "simulated" and settings.simulated_gpus < 1:
+        raise ConfigError(
+            f"{where('simulated_gpus')} must be 1..{MAX_SIMULATED_GPUS} with the simulated discovery strategy, "
+            f"got {settings.simulated_gpus} (e.g. --simulated-gpus 2)"
+        )
+    if settings.simulated_gpus and settings.device_discovery_strategy != "simulated":
+        raise ConfigError(
+            f"{where('simulated_gpus')} only applies to --device-discovery-strategy simulated "
+            f"(strategy is {settings.device_discovery_strategy})"
+        )
+    return settings
+
+
+def load(argv_namespace: argparse.Namespace, environ: Mapping[str, str],
+         read_file: Callable[[str], str]) -> tuple[Settings, tuple[str, ...]]:
+    """All three sources; returns the settings and any warnings to log."""
+    flags = parse_flags(argv_namespace)
+    env = parse_env(environ)
+    path = argv_namespace.config_file if argv_namespace.config_file is not None else environ.get("CONFIG_FILE", "")
+    file_config = None
+    if path:
+        try:
+            text = read_file(path)
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: cannot read it ({exc.strerror}); fix the path or "
+                              "drop --config-file") from None
+        file_config = parse_file(text, source=f"config file {path}")
+    settings = build(flags, env, file_config, config_file=path)
+    return settings, (file_config.warnings if file_config else ())

@@ -1,0 +1,184 @@
+"""Decisions without I/O: what we advertise, what we prefer, what Allocate returns.
+
+Every function here is a pure function of (GPUs, health, settings, request), so the
+behaviour the kubelet sees is tested with plain values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from .config import DEFAULT_RESOURCE, Settings
+from .model import HEALTHY, Gpu, Health
+
+REPLICA_SEPARATOR = "::"
+VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"
+MAX_DEVICE_ID_LENGTH = 63
+
+
+class AllocationError(ValueError):
+    """The kubelet asked for something we cannot give; the message names the IDs."""
+
+
+@dataclass(frozen=True)
+class AdvertisedDevice:
+    """One entry of ListAndWatch: a whole GPU, or one time-slicing replica of it."""
+
+    id: str
+    gpu: Gpu
+    replica: int | None = None
+
+
+@dataclass(frozen=True)
+class ContainerAllocation:
+    envs: dict[str, str] = field(default_factory=dict)
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)  # (container, host, read_only)
+    device_specs: list[tuple[str, str, str]] = field(default_factory=list)  # (container, host, permissions)
+    annotations: dict[str, str] = field(default_factory=dict)
+    cdi_devices: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- advertising
+
+
+def resource_name(settings: Settings) -> str:
+    ts = settings.time_slicing
+    if ts.replicas > 1 and ts.rename_by_default:
+        return f"{DEFAULT_RESOURCE}.shared"
+    return DEFAULT_RESOURCE
+
+
+def socket_name(resource: str) -> str:
+    """nvidia.com/gpu -> nvidia-gpu.sock (the official plugin's naming, so tools find it)."""
+    vendor, _, name = resource.partition("/")
+    return f"{vendor.split('.')[0]}-{name}.sock"
+
+
+def advertised_devices(gpus: Sequence[Gpu], settings: Settings) -> list[AdvertisedDevice]:
+    """Whole GPUs, or `replicas` entries per GPU with IDs `<id>::<n>`. MIG GPUs are never handed out whole."""
+    replicas = settings.time_slicing.replicas
+    out: list[AdvertisedDevice] = []
+    for gpu in sorted(gpus, key=lambda g: (g.index, g.id)):
+        if gpu.mig_enabled:
+            continue
+        if replicas <= 1:
+            out.append(AdvertisedDevice(gpu.id, gpu))
+        else:
+            out.extend(AdvertisedDevice(f"{gpu.id}{REPLICA_SEPARATOR}{n}", gpu, n) for n in range(replicas))
+    return out
+
+
+def device_states(devices: Sequence[AdvertisedDevice], health: Mapping[str, Health]) -> list[tuple[str, bool, int | None]]:
+    """(id, healthy, numa node) for ListAndWatch; every replica follows its physical GPU's health."""
+    return [(d.id, health.get(d.gpu.id, HEALTHY).healthy, d.gpu.numa_node) for d in devices]
+
+
+# ---------------------------------------------------------------- preferred allocation
+
+
+def preferred_allocation(
+    available: Sequence[str],
+    must_include: Sequence[str],
+    size: int,
+    devices: Mapping[str, AdvertisedDevice],
+    policy: str = "distributed",
+) -> list[str]:
+    """Choose `size` IDs from `available`, always including `must_include`.
+
+    distributed: spread over physical GPUs (fewest already in use, then fewest picked in this
+    request), so a multi-replica request lands on distinct GPUs when it can.
+    packed: fill the busiest GPU first, keeping whole GPUs free for later requests.
+    Whole GPUs (no replicas) prefer the NUMA node of what is already chosen.
+    """
+    chosen = [d for d in dict.fromkeys(must_include) if d in devices]
+    if size <= len(chosen):
+        return chosen  # must_include alone fills the request (the kubelet never asks for fewer)
+    candidates = [d for d in dict.fromkeys(available) if d in devices and d not in chosen]
+    available_set = set(available)
+    # Replicas of a GPU that are advertised but not offered are in use by other containers.
+    in_use: Counter[str] = Counter(d.gpu.id for i, d in devices.items() if i not in available_set)
+    while len(chosen) < size and candidates:
+        picked = Counter(devices[i].gpu.id for i in chosen)
+        numa = {devices[i].gpu.numa_node for i in chosen} - {None}
+
+        def rank(device_id: str) -> tuple:
+            dev = devices[device_id]
+            gid = dev.gpu.id
+            numa_penalty = 0 if not numa or dev.gpu.numa_node in numa else 1
+            load = (in_use[gid] + picked[gid])
+            if policy == "packed":
+                return (numa_penalty, -load, dev.gpu.index, dev.replica or 0)
+            return (picked[gid], numa_penalty, load, dev.gpu.index, dev.replica or 0)
+
+        best = min(candidates, key=rank)
+        chosen.append(best)
+        candidates.remove(best)
+    return chosen
+
+
+# ---------------------------------------------------------------- allocate
+
+
+def validate_request(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settings: Settings) -> None:
+    if not ids:
+        raise AllocationError("container request names no devices")
+    unknown = [i for i in ids if i not in devices]
+    if unknown:
+        raise AllocationError(f"unknown device IDs: {', '.join(sorted(set(unknown)))}")
+    dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
+    if dupes:
+        raise AllocationError(f"device IDs requested more than once: {', '.join(dupes)}")
+    ts = settings.time_slicing
+    if ts.replicas > 1 and ts.fail_requests_greater_than_one and len(ids) > 1:
+        raise AllocationError(
+            f"{len(ids)} shared GPUs requested but sharing.timeSlicing.failRequestsGreaterThanOne is set: "
+            "request 1 (time-sliced replicas give no more GPU than one)"
+        )
+
+
+def _physical(ids: Iterable[str], devices: Mapping[str, AdvertisedDevice]) -> list[Gpu]:
+    """Replica IDs back to distinct physical GPUs, in GPU index order."""
+    gpus = {devices[i].gpu.id: devices[i].gpu for i in ids}
+    return sorted(gpus.values(), key=lambda g: (g.index, g.id))
+
+
+def runtime_id(gpu: Gpu, id_strategy: str) -> str:
+    """The name the NVIDIA container runtime gets for a GPU.
+
+    Tegra's runtime (CSV mode) has no UUIDs and injects the iGPU for any non-void value, so
+    Tegra GPUs always go by index.
+    """
+    if id_strategy == "index" or gpu.backend == "tegra":
+        return str(gpu.index)
+    return gpu.id
+
+
+def allocate(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settings: Settings) -> ContainerAllocation:
+    """The response for one container. Raises AllocationError for bad requests."""
+    validate_request(ids, devices, settings)
+    gpus = _physical(ids, devices)
+    names = [runtime_id(g, settings.device_id_strategy) for g in gpus]
+    strategies = settings.device_list_strategy
+    result = ContainerAllocation()
+    cdi_names = [f"{settings.cdi_kind}={name}" for name in names]
+    if "cdi-cri" in strategies:
+        result.cdi_devices.extend(cdi_names)
+    if "cdi-annotations" in strategies:
+        # one key per container: a stable hash of its devices keeps keys unique and repeatable
+        digest = hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:16]
+        result.annotations[f"{settings.cdi_annotation_prefix}gpu-device-plugin_{digest}"] = ",".join(cdi_names)
+    only_cdi = all(s.startswith("cdi-") for s in strategies)
+    if only_cdi:
+        return result
+    if "envvar" in strategies:
+        result.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(names)
+    if "volume-mounts" in strategies:
+        result.envs["NVIDIA_VISIBLE_DEVICES"] = VOLUME_MOUNT_DIR
+        result.mounts.extend((f"{VOLUME_MOUNT_DIR}/{name}", "/dev/null", True) for name in names)
+    if settings.pass_device_specs:
+        nodes = dict.fromkeys(node for g in gpus for node in g.device_nodes)
+        result.device_specs.extend((node, node, "rw") for node in nodes)
+    return result

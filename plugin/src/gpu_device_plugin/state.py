@@ -1,0 +1,80 @@
+"""The advertised device set and its health, shared between gRPC threads and monitors.
+
+Writers (discovery, health monitors, config reload) bump a version; ListAndWatch streams
+sleep on a condition until the version moves, so an idle plugin uses no CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Mapping, Sequence
+
+from .model import HEALTHY, Health
+from .policy import AdvertisedDevice, device_states
+
+
+class DeviceState:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._devices: tuple[AdvertisedDevice, ...] = ()
+        self._by_id: dict[str, AdvertisedDevice] = {}
+        self._health: dict[str, Health] = {}
+        self._version = 0
+        self._closed = False
+        self._listeners: list[Callable[[str, Health], None]] = []
+
+    @property
+    def version(self) -> int:
+        with self._cond:
+            return self._version
+
+    def set_devices(self, devices: Sequence[AdvertisedDevice]) -> None:
+        with self._cond:
+            self._devices = tuple(devices)
+            self._by_id = {d.id: d for d in devices}
+            self._bump()
+
+    def devices(self) -> tuple[AdvertisedDevice, ...]:
+        with self._cond:
+            return self._devices
+
+    def by_id(self) -> Mapping[str, AdvertisedDevice]:
+        with self._cond:
+            return self._by_id
+
+    def health(self) -> dict[str, Health]:
+        with self._cond:
+            return dict(self._health)
+
+    def on_health_change(self, listener: Callable[[str, Health], None]) -> None:
+        self._listeners.append(listener)
+
+    def report_health(self, gpu_id: str, health: Health) -> bool:
+        """Record a physical GPU's health; True when it changed (and streams were woken)."""
+        with self._cond:
+            if self._health.get(gpu_id, HEALTHY).healthy == health.healthy:
+                self._health[gpu_id] = health
+                return False
+            self._health[gpu_id] = health
+            self._bump()
+        for listener in self._listeners:
+            listener(gpu_id, health)
+        return True
+
+    def snapshot(self) -> tuple[int, list[tuple[str, bool, int | None]]]:
+        with self._cond:
+            return self._version, device_states(self._devices, self._health)
+
+    def wait_for_change(self, seen_version: int, timeout: float | None = None) -> bool:
+        """Block until the version differs from `seen_version` or the state is woken/closed."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._version != seen_version or self._closed, timeout)
+
+    def wake(self) -> None:
+        """Wake all waiters (a stream whose RPC ended re-checks and leaves)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def _bump(self) -> None:
+        self._version += 1
+        self._cond.notify_all()
