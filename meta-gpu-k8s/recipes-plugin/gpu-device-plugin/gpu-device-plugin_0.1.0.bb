@@ -1,0 +1,43 @@
+SUMMARY = "Kubernetes device plugin that advertises NVIDIA GPUs as nvidia.com/gpu"
+DESCRIPTION = "Python device plugin for the kubelet: Tegra discovery on Jetson, NVML on \
+x86-64, simulated GPUs for QEMU smoke tests. Built from plugin/ in this repository."
+HOMEPAGE = "https://github.com/meta-gpu-k8s/meta-gpu-k8s"
+LICENSE = "MIT"
+LIC_FILES_CHKSUM = "file://LICENSE;md5=8e8dcf3b0f2979e4dc758da3781c2ba4"
+
+# plugin/ sits at the repository root, three levels up: fetched as a local directory, so
+# every edit changes the file checksums and triggers a rebuild, without network or SRCREV.
+# nooelint: oelint.vars.fileextrapaths,oelint.vars.outofcontext - the source is outside the layer, not in files/
+FILESEXTRAPATHS:prepend := "${THISDIR}/../../..:"
+SRC_URI = "file://plugin \
+           file://config.yaml \
+"
+
+S = "${WORKDIR}/plugin"
+
+inherit python_setuptools_build_meta systemd
+
+# The default config.yaml differs per machine (files/tegra, files/qemuall).
+PACKAGE_ARCH = "${MACHINE_ARCH}"
+
+do_install:append() {
+    install -d ${D}${systemd_system_unitdir}
+    install -m 0644 ${S}/systemd/gpu-device-plugin.service ${D}${systemd_system_unitdir}/
+    install -d ${D}${sysconfdir}/gpu-device-plugin
+    install -m 0644 ${WORKDIR}/config.yaml ${D}${sysconfdir}/gpu-device-plugin/config.yaml
+}
+
+CONFFILES:${PN} = "${sysconfdir}/gpu-device-plugin/config.yaml"
+
+RDEPENDS:${PN} = " \
+    python3-core \
+    python3-grpcio \
+    python3-json \
+    python3-logging \
+    python3-protobuf \
+    python3-pyyaml \
+    python3-threading \
+"
+
+SYSTEMD_SERVICE:${PN} = "gpu-device-plugin.service"
+SYSTEMD_AUTO_ENABLE:${PN} = "enable"
