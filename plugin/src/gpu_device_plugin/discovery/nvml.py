@@ -1,0 +1,274 @@
+"""Discrete NVIDIA GPUs through NVML (nvidia-ml-py).
+
+pynvml is imported lazily, inside probe/discover, so the plugin imports and runs on
+machines without it (Jetson Nano images carry no NVML). Tests inject a fake module.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from ..model import Gpu
+from .base import DiscoveryError, Probe
+
+log = logging.getLogger(__name__)
+
+# Device nodes every container that uses a discrete GPU needs, when the host has them.
+CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+
+# NVML error codes (nvml.h); read from the module when it has them, these are the fallback.
+_ERROR_CODES = {
+    "NVML_ERROR_NOT_SUPPORTED": 3,
+    "NVML_ERROR_NO_PERMISSION": 4,
+    "NVML_ERROR_DRIVER_NOT_LOADED": 9,
+    "NVML_ERROR_TIMEOUT": 10,
+    "NVML_ERROR_LIBRARY_NOT_FOUND": 12,
+    "NVML_ERROR_FUNCTION_NOT_FOUND": 13,
+    "NVML_ERROR_GPU_IS_LOST": 15,
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": 18,
+}
+
+_LIBRARY_MISSING = (
+    "NVML library libnvidia-ml.so.1 not found: install the NVIDIA driver, or run the plugin where "
+    "the driver is visible (host service, or the nvidia runtime)"
+)
+
+
+def error_code(nvml: Any, name: str) -> int:
+    return int(getattr(nvml, name, _ERROR_CODES[name]))
+
+
+def is_nvml_error(nvml: Any, exc: BaseException, *names: str) -> bool:
+    """Whether `exc` is an NVMLError carrying one of the named codes (any code if none named)."""
+    base = getattr(nvml, "NVMLError", None)
+    if base is None or not isinstance(exc, base):
+        return False
+    if not names:
+        return True
+    return getattr(exc, "value", None) in {error_code(nvml, n) for n in names}
+
+
+def load_nvml(nvml_module: Any = None) -> Any:
+    """The pynvml module (or the injected one); DiscoveryError naming the fix when absent."""
+    if nvml_module is not None:
+        return nvml_module
+    try:
+        import pynvml
+    except ImportError:
+        raise DiscoveryError(
+            "Python module pynvml (nvidia-ml-py) is not installed: install nvidia-ml-py, "
+            "or choose another discovery backend (tegra, simulated)"
+        ) from None
+    return pynvml
+
+
+def init_error_message(nvml: Any, exc: BaseException) -> str:
+    """One line: what kept NVML from starting, and the usual fix."""
+    if is_nvml_error(nvml, exc, "NVML_ERROR_LIBRARY_NOT_FOUND") or isinstance(exc, OSError):
+        return _LIBRARY_MISSING
+    if is_nvml_error(nvml, exc, "NVML_ERROR_DRIVER_NOT_LOADED"):
+        return (
+            "NVIDIA kernel driver is not loaded (NVML: Driver Not Loaded): load it (modprobe nvidia) "
+            "and check that the driver was built for the running kernel"
+        )
+    if is_nvml_error(nvml, exc, "NVML_ERROR_NO_PERMISSION"):
+        return (
+            "no permission to use NVML (Insufficient Permissions): run the plugin as root, or give it "
+            "access to /dev/nvidiactl and /dev/nvidia*"
+        )
+    if is_nvml_error(nvml, exc, "NVML_ERROR_LIB_RM_VERSION_MISMATCH"):
+        return (
+            "NVML library and NVIDIA kernel driver versions differ: reboot after a driver upgrade, "
+            "or reinstall the driver so both match"
+        )
+    return (
+        f"NVML failed to initialise ({exc}): check `nvidia-smi` on the host; "
+        "the driver or a GPU may be broken"
+    )
+
+
+def nvml_init(nvml: Any) -> None:
+    """nvmlInit, with any failure turned into a DiscoveryError with a fix-it message."""
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # pynvml raises NVMLError subclasses, or OSError from ctypes
+        raise DiscoveryError(init_error_message(nvml, exc)) from exc
+
+
+def nvml_shutdown(nvml: Any) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except Exception as exc:
+        log.debug("nvmlShutdown failed: %s", exc)
+
+
+def text(value: Any) -> str:
+    """pynvml returns str on Python 3 in new releases, bytes in older ones and in ctypes fields."""
+    if isinstance(value, bytes):
+        return value.split(b"\0", 1)[0].decode("utf-8", "replace")
+    return str(value)
+
+
+def is_integrated_name(name: str) -> bool:
+    """NVML's name for a Tegra iGPU (Orin: "Orin (nvgpu)", Thor: "NVIDIA Thor")."""
+    return "(nvgpu)" in name or "NVIDIA Thor" in name
+
+
+def sysfs_pci_address(bus_id: str) -> str:
+    """NVML's "00000000:3B:00.0" as sysfs names it: "0000:3b:00.0" (4 hex digits of domain at least)."""
+    bus_id = bus_id.strip().lower()
+    domain, sep, rest = bus_id.partition(":")
+    if not sep or not rest:
+        return bus_id
+    try:
+        return f"{int(domain, 16):04x}:{rest}"
+    except ValueError:
+        return bus_id
+
+
+class NvmlBackend:
+    """One Gpu per NVML device: ID = UUID, with its device nodes, NUMA node and properties."""
+
+    name = "nvml"
+
+    def __init__(self, root: str = "/", nvml_module: Any = None) -> None:
+        self.root = root
+        self._nvml_module = nvml_module
+
+    def _host_path(self, path: str) -> str:
+        return os.path.join(self.root, path.lstrip("/"))
+
+    def probe(self) -> Probe:
+        try:
+            return self._probe()
+        except Exception as exc:  # probe never raises: a broken NVML is "not usable"
+            return Probe(False, f"NVML probe failed: {exc}")
+
+    def _probe(self) -> Probe:
+        try:
+            nvml = load_nvml(self._nvml_module)
+            nvml_init(nvml)
+        except DiscoveryError as exc:
+            return Probe(False, str(exc))
+        try:
+            names = [
+                text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i)))
+                for i in range(nvml.nvmlDeviceGetCount())
+            ]
+        finally:
+            nvml_shutdown(nvml)
+        evidence = tuple(
+            f"nvml: GPU {i}: {n} ({'integrated' if is_integrated_name(n) else 'discrete'})"
+            for i, n in enumerate(names)
+        )
+        if not names:
+            return Probe(False, "NVML works but reports no GPUs", evidence)
+        discrete = [n for n in names if not is_integrated_name(n)]
+        if not discrete:
+            # NVML on Jetson answers names but little else; the tegra backend serves these.
+            return Probe(
+                False,
+                f"NVML sees only the integrated GPU {names[0]}: the tegra backend serves it",
+                evidence,
+            )
+        return Probe(True, f"NVML works and reports {len(discrete)} discrete GPU(s)", evidence)
+
+    def discover(self) -> list[Gpu]:
+        nvml = load_nvml(self._nvml_module)
+        nvml_init(nvml)
+        try:
+            try:
+                driver = text(nvml.nvmlSystemGetDriverVersion())
+                count = nvml.nvmlDeviceGetCount()
+            except Exception as exc:
+                raise DiscoveryError(
+                    f"NVML initialised but cannot list GPUs ({exc}): check `nvidia-smi` on the host"
+                ) from exc
+            gpus = []
+            for index in range(count):
+                try:
+                    gpus.append(self._read_gpu(nvml, index, driver))
+                except Exception as exc:
+                    # One broken GPU must not hide the others; it stays out of the list.
+                    log.warning("skipping GPU %d: NVML cannot read it (%s); check `nvidia-smi -i %d`",
+                                index, exc, index)
+            return gpus
+        finally:
+            nvml_shutdown(nvml)
+
+    def _read_gpu(self, nvml: Any, index: int, driver: str) -> Gpu:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = text(nvml.nvmlDeviceGetUUID(handle))
+        name = text(nvml.nvmlDeviceGetName(handle))
+        memory_mib = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
+
+        properties = {"driver_version": driver}
+        pci_info = self._optional(nvml, "nvmlDeviceGetPciInfo", handle)
+        pci_address = sysfs_pci_address(text(pci_info.busId)) if pci_info is not None else ""
+        if pci_address:
+            properties["pci_bus_id"] = pci_address
+        capability = self._optional(nvml, "nvmlDeviceGetCudaComputeCapability", handle)
+        if capability is not None:
+            properties["compute_capability"] = f"{capability[0]}.{capability[1]}"
+        brand = self._optional(nvml, "nvmlDeviceGetBrand", handle)
+        if brand is not None:
+            properties["brand"] = self._brand_name(nvml, brand)
+
+        nodes = []
+        minor = self._optional(nvml, "nvmlDeviceGetMinorNumber", handle)
+        if minor is not None:
+            nodes.append(f"/dev/nvidia{minor}")
+        nodes.extend(n for n in CONTROL_NODES if os.path.exists(self._host_path(n)))
+
+        mig = self._optional(nvml, "nvmlDeviceGetMigMode", handle)
+        mig_enabled = mig is not None and int(mig[0]) == int(getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1))
+
+        return Gpu(
+            id=uuid,
+            index=index,
+            name=name,
+            backend=self.name,
+            device_nodes=tuple(nodes),
+            numa_node=self._numa_node(nvml, handle, pci_address),
+            memory_mib=memory_mib,
+            mig_enabled=mig_enabled,
+            properties=properties,
+        )
+
+    @staticmethod
+    def _optional(nvml: Any, function: str, handle: Any) -> Any:
+        """A query that old drivers, old nvidia-ml-py or some GPUs lack: None instead of an error."""
+        fn = getattr(nvml, function, None)
+        if fn is None:
+            return None
+        try:
+            return fn(handle)
+        except Exception as exc:
+            if not is_nvml_error(nvml, exc, "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND"):
+                log.debug("%s failed: %s", function, exc)
+            return None
+
+    def _numa_node(self, nvml: Any, handle: Any, pci_address: str) -> int | None:
+        node = self._optional(nvml, "nvmlDeviceGetNumaNodeId", handle)
+        if node is None and pci_address:
+            node = self._sysfs_numa_node(pci_address)
+        if node is None or int(node) < 0:  # -1: the platform does not say (single-node machines)
+            return None
+        return int(node)
+
+    def _sysfs_numa_node(self, pci_address: str) -> int | None:
+        path = self._host_path(f"/sys/bus/pci/devices/{pci_address}/numa_node")
+        try:
+            with open(path) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def _brand_name(nvml: Any, brand: int) -> str:
+        for attr in dir(nvml):
+            if attr.startswith("NVML_BRAND_") and attr != "NVML_BRAND_COUNT" and getattr(nvml, attr) == brand:
+                return attr[len("NVML_BRAND_"):].lower()
+        return str(brand)

@@ -1,0 +1,386 @@
+"""A scriptable stand-in for nvidia-ml-py's `pynvml` module.
+
+Same function, constant and error-class names as pynvml, so code under test cannot tell
+the difference. Scripting: `FakeNvml([FakeGpu(...), ...])`, then `emit_xid(uuid, 79)`,
+`emit_wait_error(...)`, `gpu.answering = False`, `library_missing=True`, `init_error=...`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_INSUFFICIENT_POWER = 8
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_IRQ_ISSUE = 11
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_CORRUPTED_INFOROM = 14
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_UNKNOWN = 999
+
+_MESSAGES = {
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    NVML_ERROR_NOT_FOUND: "Not Found",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_TIMEOUT: "Timeout",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
+    NVML_ERROR_UNKNOWN: "Unknown Error",
+}
+
+
+class NVMLError(Exception):
+    """Like pynvml: NVMLError(code) builds the matching subclass; `.value` is the code."""
+
+    _by_code: dict[int, type[NVMLError]] = {}
+    value = NVML_ERROR_UNKNOWN
+
+    def __new__(cls, value: int | None = None) -> NVMLError:
+        if cls is NVMLError and value is not None:
+            cls = NVMLError._by_code.get(value, NVMLError)
+        return Exception.__new__(cls)
+
+    def __init__(self, value: int | None = None) -> None:
+        if value is not None:
+            self.value = value
+        super().__init__(self.value)
+
+    def __str__(self) -> str:
+        return _MESSAGES.get(self.value, f"NVML Error with code {self.value}")
+
+
+def _error_class(name: str, code: int) -> type[NVMLError]:
+    cls = type(name, (NVMLError,), {"value": code})
+    NVMLError._by_code[code] = cls
+    return cls
+
+
+NVMLError_NotSupported = _error_class("NVMLError_NotSupported", NVML_ERROR_NOT_SUPPORTED)
+NVMLError_NoPermission = _error_class("NVMLError_NoPermission", NVML_ERROR_NO_PERMISSION)
+NVMLError_NotFound = _error_class("NVMLError_NotFound", NVML_ERROR_NOT_FOUND)
+NVMLError_DriverNotLoaded = _error_class("NVMLError_DriverNotLoaded", NVML_ERROR_DRIVER_NOT_LOADED)
+NVMLError_Timeout = _error_class("NVMLError_Timeout", NVML_ERROR_TIMEOUT)
+NVMLError_LibraryNotFound = _error_class("NVMLError_LibraryNotFound", NVML_ERROR_LIBRARY_NOT_FOUND)
+NVMLError_FunctionNotFound = _error_class("NVMLError_FunctionNotFound", NVML_ERROR_FUNCTION_NOT_FOUND)
+NVMLError_GpuIsLost = _error_class("NVMLError_GpuIsLost", NVML_ERROR_GPU_IS_LOST)
+NVMLError_LibRmVersionMismatch = _error_class(
+    "NVMLError_LibRmVersionMismatch", NVML_ERROR_LIB_RM_VERSION_MISMATCH
+)
+NVMLError_Unknown = _error_class("NVMLError_Unknown", NVML_ERROR_UNKNOWN)
+
+nvmlEventTypeSingleBitEccError = 0x1
+nvmlEventTypeDoubleBitEccError = 0x2
+nvmlEventTypePState = 0x4
+nvmlEventTypeXidCriticalError = 0x8
+nvmlEventTypeClock = 0x10
+nvmlEventTypeNone = 0x0
+ALL_HEALTH_EVENTS = (
+    nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccError
+)
+
+NVML_DEVICE_MIG_DISABLE = 0
+NVML_DEVICE_MIG_ENABLE = 1
+NVML_TEMPERATURE_GPU = 0
+NVML_BRAND_UNKNOWN = 0
+NVML_BRAND_QUADRO = 1
+NVML_BRAND_TESLA = 2
+NVML_BRAND_GEFORCE = 5
+NVML_BRAND_NVIDIA = 14
+NVML_BRAND_COUNT = 20
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    name: str = "NVIDIA A100-SXM4-40GB"
+    memory_mib: int = 40960
+    minor: int | None = 0  # None: nvmlDeviceGetMinorNumber is not supported
+    pci_bus_id: str = "00000000:3B:00.0"
+    numa_node: int | None = 0  # None: nvmlDeviceGetNumaNodeId is not supported
+    mig_mode: tuple[int, int] | None = (0, 0)  # None: not supported (pre-Ampere)
+    compute_capability: tuple[int, int] = (8, 0)
+    brand: int = NVML_BRAND_TESLA
+    supported_events: int = ALL_HEALTH_EVENTS
+    answering: bool = True  # False: every query on it raises GPU is lost
+    refuse_ecc_registration: bool = False  # lists ECC events but RegisterEvents refuses them
+
+
+@dataclass(frozen=True)
+class FakeHandle:
+    gpu: FakeGpu | None  # None: a device NVML cannot name (unknown UUID)
+
+
+@dataclass
+class _Memory:
+    total: int
+    free: int
+    used: int
+
+
+@dataclass
+class _PciInfo:
+    busId: bytes
+    domain: int = 0
+    bus: int = 0
+
+
+@dataclass
+class FakeEventData:
+    device: FakeHandle
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass
+class FakeEventSet:
+    registered: dict[str, int] = field(default_factory=dict)  # uuid -> mask
+    freed: bool = False
+
+
+class FakeNvml:
+    """An object that quacks like the pynvml module; pass it as `nvml_module`.
+
+    Function and field names are pynvml's (camelCase), hence no snake_case here.
+    """
+
+    # Constants and error classes, reachable as attributes like pynvml's module globals.
+    NVMLError = NVMLError
+    NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_NoPermission = NVMLError_NoPermission
+    NVMLError_NotFound = NVMLError_NotFound
+    NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
+    NVMLError_Timeout = NVMLError_Timeout
+    NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
+    NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
+    NVMLError_GpuIsLost = NVMLError_GpuIsLost
+    NVMLError_LibRmVersionMismatch = NVMLError_LibRmVersionMismatch
+    NVMLError_Unknown = NVMLError_Unknown
+    NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_NO_PERMISSION = NVML_ERROR_NO_PERMISSION
+    NVML_ERROR_DRIVER_NOT_LOADED = NVML_ERROR_DRIVER_NOT_LOADED
+    NVML_ERROR_TIMEOUT = NVML_ERROR_TIMEOUT
+    NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
+    NVML_ERROR_FUNCTION_NOT_FOUND = NVML_ERROR_FUNCTION_NOT_FOUND
+    NVML_ERROR_GPU_IS_LOST = NVML_ERROR_GPU_IS_LOST
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH = NVML_ERROR_LIB_RM_VERSION_MISMATCH
+    NVML_ERROR_UNKNOWN = NVML_ERROR_UNKNOWN
+    nvmlEventTypeSingleBitEccError = nvmlEventTypeSingleBitEccError
+    nvmlEventTypeDoubleBitEccError = nvmlEventTypeDoubleBitEccError
+    nvmlEventTypeXidCriticalError = nvmlEventTypeXidCriticalError
+    nvmlEventTypeNone = nvmlEventTypeNone
+    NVML_DEVICE_MIG_DISABLE = NVML_DEVICE_MIG_DISABLE
+    NVML_DEVICE_MIG_ENABLE = NVML_DEVICE_MIG_ENABLE
+    NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
+    NVML_BRAND_UNKNOWN = NVML_BRAND_UNKNOWN
+    NVML_BRAND_QUADRO = NVML_BRAND_QUADRO
+    NVML_BRAND_TESLA = NVML_BRAND_TESLA
+    NVML_BRAND_GEFORCE = NVML_BRAND_GEFORCE
+    NVML_BRAND_NVIDIA = NVML_BRAND_NVIDIA
+    NVML_BRAND_COUNT = NVML_BRAND_COUNT
+
+    def __init__(
+        self,
+        gpus: list[FakeGpu] | None = None,
+        *,
+        driver_version: str = "550.54.15",
+        library_missing: bool = False,
+        init_error: int | None = None,
+        has_numa_function: bool = True,
+    ) -> None:
+        self.gpus = list(gpus or [])
+        self.driver_version = driver_version
+        self.library_missing = library_missing
+        self.init_error = init_error
+        self.init_calls = 0
+        self.shutdown_calls = 0
+        self.wait_calls = 0
+        self.event_sets: list[FakeEventSet] = []
+        self._pending: deque[FakeEventData | NVMLError] = deque()
+        self._cond = threading.Condition()
+        self._has_numa_function = has_numa_function
+
+    def __getattribute__(self, name: str) -> Any:
+        # Old nvidia-ml-py releases lack nvmlDeviceGetNumaNodeId: the attribute does not exist.
+        if name == "nvmlDeviceGetNumaNodeId" and not object.__getattribute__(self, "_has_numa_function"):
+            raise AttributeError(name)
+        return object.__getattribute__(self, name)
+
+    # -- scripting ------------------------------------------------------------------------
+
+    def gpu(self, uuid: str) -> FakeGpu:
+        return next(g for g in self.gpus if g.uuid == uuid)
+
+    def emit_event(self, uuid: str | None, event_type: int, event_data: int = 0) -> None:
+        """Queue an event; uuid None: from a device NVML cannot name."""
+        handle = FakeHandle(self.gpu(uuid) if uuid is not None else None)
+        self._push(FakeEventData(handle, event_type, event_data))
+
+    def emit_xid(self, uuid: str | None, xid: int) -> None:
+        self.emit_event(uuid, nvmlEventTypeXidCriticalError, xid)
+
+    def emit_wait_error(self, code: int = NVML_ERROR_UNKNOWN) -> None:
+        """The next nvmlEventSetWait fails with this code instead of returning an event."""
+        self._push(NVMLError(code))
+
+    def _push(self, item: FakeEventData | NVMLError) -> None:
+        with self._cond:
+            self._pending.append(item)
+            self._cond.notify_all()
+
+    # -- library lifecycle ----------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        if self.library_missing:
+            raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
+        if self.init_error is not None:
+            raise NVMLError(self.init_error)
+        self.init_calls += 1
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown_calls += 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver_version
+
+    # -- devices --------------------------------------------------------------------------
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
+        if not 0 <= index < len(self.gpus):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return self._answering(FakeHandle(self.gpus[index]))
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> FakeHandle:
+        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for gpu in self.gpus:
+            if gpu.uuid == uuid:
+                return self._answering(FakeHandle(gpu))
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+    @staticmethod
+    def _answering(handle: FakeHandle) -> FakeHandle:
+        if handle.gpu is None or not handle.gpu.answering:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        return handle
+
+    def _gpu(self, handle: FakeHandle) -> FakeGpu:
+        gpu = self._answering(handle).gpu
+        assert gpu is not None
+        return gpu
+
+    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
+        if handle.gpu is None:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return handle.gpu.uuid
+
+    def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
+        return self._gpu(handle).name
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> _Memory:
+        total = self._gpu(handle).memory_mib * 1024 * 1024
+        return _Memory(total=total, free=total, used=0)
+
+    def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
+        self._gpu(handle)
+        return 40
+
+    def nvmlDeviceGetMinorNumber(self, handle: FakeHandle) -> int:
+        gpu = self._gpu(handle)
+        if gpu.minor is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return gpu.minor
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> _PciInfo:
+        return _PciInfo(busId=self._gpu(handle).pci_bus_id.encode())
+
+    def nvmlDeviceGetNumaNodeId(self, handle: FakeHandle) -> int:
+        gpu = self._gpu(handle)
+        if gpu.numa_node is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return gpu.numa_node
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: FakeHandle) -> tuple[int, int]:
+        return self._gpu(handle).compute_capability
+
+    def nvmlDeviceGetBrand(self, handle: FakeHandle) -> int:
+        return self._gpu(handle).brand
+
+    def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:
+        gpu = self._gpu(handle)
+        if gpu.mig_mode is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return list(gpu.mig_mode)
+
+    # -- events ---------------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        event_set = FakeEventSet()
+        self.event_sets.append(event_set)
+        return event_set
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: FakeHandle) -> int:
+        supported = self._gpu(handle).supported_events
+        if supported == 0:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return supported
+
+    def nvmlDeviceRegisterEvents(self, handle: FakeHandle, event_types: int, event_set: FakeEventSet) -> None:
+        gpu = self._gpu(handle)
+        if event_types & ~gpu.supported_events:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if gpu.refuse_ecc_registration and event_types & ~nvmlEventTypeXidCriticalError:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        event_set.registered[gpu.uuid] = event_types
+
+    def nvmlEventSetWait(self, event_set: FakeEventSet, timeoutms: int) -> FakeEventData:
+        if event_set.freed:
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        with self._cond:
+            self.wait_calls += 1
+            if not self._pending:
+                self._cond.wait(timeoutms / 1000)
+            if not self._pending:
+                raise NVMLError(NVML_ERROR_TIMEOUT)
+            item = self._pending.popleft()
+        if isinstance(item, NVMLError):
+            raise item
+        return item
+
+    def nvmlEventSetFree(self, event_set: FakeEventSet) -> None:
+        event_set.freed = True
+
+
+def make_gpus(count: int, **overrides: Any) -> list[FakeGpu]:
+    """`count` distinct GPUs (UUIDs GPU-0000..., minors 0.., bus ids 3B, 3C, ...)."""
+    return [
+        FakeGpu(
+            uuid=f"GPU-{i:08d}-1111-2222-3333-444444444444",
+            minor=i,
+            pci_bus_id=f"00000000:{0x3B + i:02X}:00.0",
+            numa_node=i % 2,
+            **overrides,
+        )
+        for i in range(count)
+    ]
