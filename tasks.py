@@ -1,0 +1,226 @@
+"""invoke tasks for meta-gpu-k8s: `./task --list`, `./task --help TASK`.
+
+Only wiring lives here; the work is in tools/ (one module per task)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from invoke import Context, Exit, task
+
+from tools import build as build_module
+from tools import console
+from tools import flash as flash_module
+from tools import lint as lint_module
+from tools import smoke_test as smoke_module
+from tools import suite as suite_module
+
+
+def _optional_path(value: str | None) -> Path | None:
+    return Path(value).expanduser() if value else None
+
+
+@task(
+    help={
+        "machine": f"what to build for: {', '.join(build_module.MACHINES)} (default {build_module.DEFAULT_MACHINE})",
+        "target": "image recipe to build (default: gpu-k8s-image-dev for qemu, gpu-k8s-image otherwise)",
+        "build-dir": "kas work dir for this machine (default build/<machine>; env KAS_WORK_DIR)",
+        "dl-dir": "bitbake download cache, shareable between builds (default build/downloads; env DL_DIR)",
+        "sstate-dir": "shared-state cache (default build/sstate-cache; env SSTATE_DIR)",
+        "sstate-mirrors": "SSTATE_MIRRORS value, e.g. 'file://.* https://host/sstate/PATH' (env SSTATE_MIRRORS)",
+        "threads": "BB_NUMBER_THREADS: bitbake tasks in parallel (env BB_NUMBER_THREADS)",
+        "parallel-make": "PARALLEL_MAKE, e.g. '-j 8' (env PARALLEL_MAKE)",
+        "repo-ref-dir": "KAS_REPO_REF_DIR: reference clones of the layer repos, for offline/fast checkouts",
+        "min-free-gb": f"refuse to start with less free disk than this (default {build_module.hostcheck.DEFAULT_MIN_FREE_GB})",
+        "dry-run": "check the host and print the exact commands without running them",
+        "verbose": "stream every line of kas/bitbake output instead of a progress line",
+    }
+)
+def build(
+    c: Context,
+    machine: str = build_module.DEFAULT_MACHINE,
+    target: str | None = None,
+    build_dir: str | None = None,
+    dl_dir: str | None = None,
+    sstate_dir: str | None = None,
+    sstate_mirrors: str | None = None,
+    threads: str | None = None,
+    parallel_make: str | None = None,
+    repo_ref_dir: str | None = None,
+    min_free_gb: int = build_module.hostcheck.DEFAULT_MIN_FREE_GB,
+    dry_run: bool = False,
+    verbose: bool = False,
+) -> None:
+    """Build an OS image with kas (default: the QEMU image the smoke test boots).
+
+    Checks the host first (free disk, host tools, not root, locale) and refuses with the
+    reason and the fix. Downloads and sstate are shared between machines under build/.
+    Ends with the artifacts in the deploy directory, with their sizes."""
+    settings = {
+        "DL_DIR": dl_dir,
+        "SSTATE_DIR": sstate_dir,
+        "SSTATE_MIRRORS": sstate_mirrors,
+        "BB_NUMBER_THREADS": threads,
+        "PARALLEL_MAKE": parallel_make,
+        "KAS_REPO_REF_DIR": repo_ref_dir,
+    }
+    options = build_module.BuildOptions(
+        machine=machine,
+        target=target,
+        build_dir=_optional_path(build_dir),
+        settings={key: str(Path(v).expanduser().absolute()) if key.endswith("_DIR") else v
+                  for key, v in settings.items() if v},
+        min_free_gb=min_free_gb,
+        dry_run=dry_run,
+        verbose=verbose,
+    )
+    try:
+        build_module.run_build(options)
+    except build_module.BuildError as failure:
+        console.error(str(failure))
+        raise Exit(code=1) from None
+
+
+@task(
+    help={
+        "method": "full: doflash.sh over USB (eMMC); spi-only: doflash.sh --spi-only (QSPI firmware of "
+        "SD devkits); sdcard: dosdcard.sh makes an SD image, written to --device when given",
+        "image": f"image recipe whose tegraflash package to use (default {flash_module.NANO.default_image})",
+        "build-dir": "kas build dir of the Nano build (default build/jetson-nano/build)",
+        "package": "a tegraflash .tar.gz to use instead of the one from the build",
+        "sd-image": "write this SD card image (.sdcard/.wic/.img) to --device with bmaptool; no tegraflash",
+        "device": "SD card to write, e.g. /dev/sdX (shown with model, size and partitions first)",
+        "force-device": "write to this device even if the safety checks object; must equal --device",
+        "yes": "do not ask to type the device path (only for a device that passes every check)",
+        "output": "where to keep the SD image dosdcard.sh makes (default: beside the tegraflash package)",
+        "dry-run": "check everything and print every command; write nothing",
+    }
+)
+def flash(
+    c: Context,
+    method: str = "full",
+    image: str = flash_module.NANO.default_image,
+    build_dir: str | None = None,
+    package: str | None = None,
+    sd_image: str | None = None,
+    device: str | None = None,
+    force_device: str | None = None,
+    yes: bool = False,
+    output: str | None = None,
+    dry_run: bool = False,
+) -> None:
+    """Flash a Jetson Nano in USB recovery mode, or write its SD card.
+
+    Finds the board by USB id 0955:7f21, unpacks the tegraflash package from the build and
+    runs doflash.sh / dosdcard.sh, or writes an SD image with bmaptool. Never writes a
+    disk that is mounted, holds / or /boot, is not removable or is too small, unless you
+    name it with --force-device."""
+    options = flash_module.FlashOptions(
+        method=method,
+        image=image,
+        build_dir=_optional_path(build_dir),
+        package=_optional_path(package),
+        sd_image=_optional_path(sd_image),
+        device=device,
+        force_device=force_device,
+        yes=yes,
+        output=_optional_path(output),
+        dry_run=dry_run,
+        root=Path(os.environ.get("GPU_K8S_HOST_ROOT", "/")),
+    )
+    try:
+        lines = flash_module.run_flash(options)
+    except flash_module.FlashError as failure:
+        console.error(str(failure))
+        raise Exit(code=1) from None
+    console.summary("flash summary", ["result"], [[line] for line in lines] or [["(dry run: nothing written)"]])
+
+
+@task(
+    help={
+        "image": "rootfs .ext4 to boot in QEMU (default: the qemu build's gpu-k8s-image-dev)",
+        "kernel": "kernel to boot (default: bzImage beside the image)",
+        "initrd": "initramfs to pass to QEMU (not needed for our images)",
+        "kernel-args": "extra kernel command line arguments",
+        "host": "user@address of a booted board to test over SSH instead of QEMU",
+        "port": "SSH port of --host (default 22)",
+        "identity": "SSH private key for --host",
+        "gpus": "nvidia.com/gpu count the node must advertise (default 2 in QEMU, 1 with --host)",
+        "memory-mib": "QEMU guest memory in MiB (default 4096, at least 2048)",
+        "boot-timeout": "seconds to wait for SSH after starting QEMU (default 600)",
+        "checks-timeout": "seconds to wait for units and the node to become ready (default 300)",
+        "pod-seconds": "how long the GPU-filling pods sleep (default 20)",
+        "log-dir": "where the serial console log goes (default: beside the image)",
+    }
+)
+def smoke_test(
+    c: Context,
+    image: str | None = None,
+    kernel: str | None = None,
+    initrd: str | None = None,
+    kernel_args: str = "",
+    host: str | None = None,
+    port: int = 22,
+    identity: str | None = None,
+    gpus: str | None = None,
+    memory_mib: int = 4096,
+    boot_timeout: int = 600,
+    checks_timeout: int = 300,
+    pod_seconds: int = 20,
+    log_dir: str | None = None,
+) -> None:
+    """Boot the QEMU image (or reach a board over SSH) and check it is a working GPU node.
+
+    Checks: docker, k3s and gpu-device-plugin active; node Ready with the expected
+    nvidia.com/gpu count; a GPU pod runs; with every GPU busy one more pod stays Pending
+    (Insufficient nvidia.com/gpu) and runs once a GPU frees. QEMU is always stopped."""
+    if image and host:
+        console.error("--image and --host exclude each other: boot an image in QEMU, or test a board")
+        raise Exit(code=2)
+    options = smoke_module.SmokeOptions(
+        image=_optional_path(image),
+        kernel=_optional_path(kernel),
+        initrd=_optional_path(initrd),
+        host=host,
+        ssh_port=port,
+        identity=_optional_path(identity),
+        expected_gpus=int(gpus) if gpus is not None else None,
+        memory_mib=memory_mib,
+        boot_timeout_s=boot_timeout,
+        pod_sleep_s=pod_seconds,
+        kernel_args=kernel_args,
+        log_dir=_optional_path(log_dir),
+        checks_timeout_s=checks_timeout,
+    )
+    try:
+        smoke_module.run_smoke_test(options)
+    except (smoke_module.SmokeTestError, smoke_module.qemu.QemuError) as failure:
+        console.error(str(failure))
+        raise Exit(code=1) from None
+    except KeyboardInterrupt:
+        console.error("interrupted; QEMU was stopped")
+        raise Exit(code=130) from None
+
+
+@task
+def lint(c: Context) -> None:
+    """Lint everything: ruff, oelint-adv over the layer, kas files against kas's schema.
+
+    ruff over the repository (ruff.toml), oelint-adv --release kirkstone over
+    meta-gpu-k8s/ (config .oelint.cfg), kas/*.yml validated with kas's own JSON schema.
+    Parts whose files do not exist yet are skipped with a note."""
+    results = lint_module.run_lint()
+    if any(result.status == "FAIL" for result in results):
+        raise Exit(code=1)
+
+
+@task(help={"quick": "skip the plugin leg on the oldest combination (Python 3.10, kirkstone libraries)"})
+def test(c: Context, quick: bool = False) -> None:
+    """Run the whole test suite, as CI does (.ci/run calls this).
+
+    Legs: ruff; tests/tools and tests/layer; tests/plugin on the oldest (Python 3.10) and newest (Python 3.13) library combinations, each in a
+    venv under .venvs/ made when missing or stale. Exit status non-zero if any leg fails."""
+    results = suite_module.run_suite(quick=quick)
+    if any(result.failed for result in results):
+        raise Exit(code=1)

@@ -1,0 +1,201 @@
+"""`build`: run kas with our kas files, after checking the host can take it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools import console, hostcheck, process
+from tools.paths import BUILD_ROOT, REPO_ROOT
+
+
+@dataclass(frozen=True)
+class MachineTarget:
+    """What `--machine NAME` means: the kas file, the Yocto MACHINE it sets (for the
+    deploy directory) and the image built when --target is not given."""
+
+    kas_file: str
+    yocto_machine: str
+    default_image: str
+
+
+# The one table to edit when kas files are renamed or machines are added.
+MACHINES: dict[str, MachineTarget] = {
+    "qemu": MachineTarget("kas/qemu-x86-64.yml", "qemux86-64", "gpu-k8s-image-dev"),
+    "x86-64": MachineTarget("kas/x86-64.yml", "genericx86-64", "gpu-k8s-image"),
+    "jetson-nano": MachineTarget("kas/jetson-nano.yml", "jetson-nano-devkit", "gpu-k8s-image"),
+}
+DEFAULT_MACHINE = "qemu"
+
+# Environment variables kas hands to bitbake (or uses itself); passed through untouched.
+PASSTHROUGH_VARIABLES = (
+    "DL_DIR",
+    "SSTATE_DIR",
+    "SSTATE_MIRRORS",
+    "BB_NUMBER_THREADS",
+    "PARALLEL_MAKE",
+    "BB_HASHSERVE",
+    "BB_HASHSERVE_UPSTREAM",
+    "TMPDIR",
+    "KAS_REPO_REF_DIR",
+    "KAS_PREMIRRORS",
+    "KAS_CLONE_DEPTH",
+)
+
+
+class BuildError(Exception):
+    """The build cannot start or failed; the message says why and what to do next."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    machine: str = DEFAULT_MACHINE
+    target: str | None = None
+    build_dir: Path | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)  # from options, win over env
+    min_free_gb: int = hostcheck.DEFAULT_MIN_FREE_GB
+    dry_run: bool = False
+    verbose: bool = False
+
+
+def machine_target(machine: str) -> MachineTarget:
+    try:
+        return MACHINES[machine]
+    except KeyError:
+        raise BuildError(
+            f"unknown machine {machine!r}; choose one of: {', '.join(MACHINES)}"
+        ) from None
+
+
+def image_name(options: BuildOptions) -> str:
+    return options.target or machine_target(options.machine).default_image
+
+
+def machine_build_dir(options: BuildOptions) -> Path:
+    """Each machine gets its own kas work dir (layer checkouts differ per release);
+    downloads and sstate are shared between machines."""
+    return (options.build_dir or BUILD_ROOT / options.machine).absolute()
+
+
+def build_environment(options: BuildOptions, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables we set for kas: our defaults < the caller's environment < options."""
+    work_dir = machine_build_dir(options)
+    env = {
+        "KAS_WORK_DIR": str(work_dir),
+        "KAS_BUILD_DIR": str(work_dir / "build"),
+        "DL_DIR": str(BUILD_ROOT / "downloads"),
+        "SSTATE_DIR": str(BUILD_ROOT / "sstate-cache"),
+    }
+    for name in ("KAS_WORK_DIR", "KAS_BUILD_DIR", *PASSTHROUGH_VARIABLES):
+        if environ.get(name):
+            env[name] = environ[name]
+    env.update({name: value for name, value in options.settings.items() if value})
+    return env
+
+
+def kas_executable() -> str:
+    """kas from the tooling venv this runs in, else whatever is on PATH."""
+    beside_python = Path(sys.executable).parent / "kas"
+    return str(beside_python) if beside_python.exists() else "kas"
+
+
+def kas_build_command(options: BuildOptions, environ: Mapping[str, str]) -> process.Command:
+    target = machine_target(options.machine)
+    return process.Command(
+        argv=[kas_executable(), "build", "--target", image_name(options), target.kas_file],
+        cwd=REPO_ROOT,
+        env=build_environment(options, environ),
+    )
+
+
+def deploy_dir(options: BuildOptions, env: Mapping[str, str]) -> Path:
+    tmpdir = Path(env["TMPDIR"]) if env.get("TMPDIR") else Path(env["KAS_BUILD_DIR"]) / "tmp"
+    return tmpdir / "deploy" / "images" / machine_target(options.machine).yocto_machine
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: Path
+    size_bytes: int
+    link_target: str | None  # stable-name symlinks point at the timestamped file
+
+
+def list_artifacts(directory: Path, image: str) -> list[Artifact]:
+    """The files a person wants from the deploy dir: the image's outputs and the kernel."""
+    if not directory.is_dir():
+        return []
+    artifacts = []
+    for entry in sorted(directory.iterdir()):
+        if not (entry.name.startswith(image) or entry.name.startswith("bzImage")):
+            continue
+        if not entry.is_file():
+            continue
+        link = os.readlink(entry) if entry.is_symlink() else None
+        artifacts.append(Artifact(entry, entry.stat().st_size, link))
+    return artifacts
+
+
+def refuse_unfit_host(options: BuildOptions, env: Mapping[str, str]) -> list[hostcheck.Problem]:
+    facts = hostcheck.gather_host_facts(Path(env["KAS_BUILD_DIR"]))
+    return hostcheck.check_build_host(facts, options.min_free_gb)
+
+
+def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -> list[Artifact]:
+    """Check the host, run `kas build`, and report the artifacts. Raises BuildError."""
+    environ = os.environ if environ is None else environ
+    target = machine_target(options.machine)
+    image = image_name(options)
+    command = kas_build_command(options, environ)
+    console.step(f"building {image} for {options.machine} ({target.yocto_machine}) with {target.kas_file}")
+
+    kas_file = REPO_ROOT / target.kas_file
+    if not kas_file.exists():
+        raise BuildError(
+            f"{target.kas_file} does not exist; the layer's kas files are missing from this checkout "
+            "(or renamed: update MACHINES in tools/build.py)"
+        )
+
+    console.step("checking the build host")
+    problems = refuse_unfit_host(options, command.env)
+    for problem in problems:
+        console.info(f"- {problem}")
+    if problems and not options.dry_run:
+        raise BuildError(
+            f"this host cannot build yet ({len(problems)} problem(s) above); fix them and run again"
+        )
+    if problems:
+        console.warn("a real build would stop here; showing the commands anyway (--dry-run)")
+    else:
+        console.info("host is fit: disk, tools, user and locale are fine")
+
+    console.step("running kas (layers are fetched on the first run; bitbake then builds)")
+    log_path = Path(command.env["KAS_BUILD_DIR"]) / "kas-build.log"
+    if options.dry_run:
+        process.run(command, dry_run=True)
+        console.info(f"artifacts would be in {deploy_dir(options, command.env)}")
+        return []
+    try:
+        process.run_logged(command, log_path, verbose=options.verbose)
+    except process.CommandFailed as failure:
+        print("\n".join(failure.output_tail[-25:]))
+        errors = [line for line in failure.output_tail if line.startswith("ERROR")]
+        hint = errors[0] if errors else f"kas exited with {failure.returncode}"
+        raise BuildError(
+            f"build of {image} failed: {hint}\n  full log: {log_path}\n"
+            f"  next step: read the log, fix the cause, then rerun ./task build --machine "
+            f"{options.machine} (finished work is reused from sstate)"
+        ) from None
+
+    artifacts = list_artifacts(deploy_dir(options, command.env), image)
+    rows = [
+        [str(a.path), console.human_size(a.size_bytes), f"-> {a.link_target}" if a.link_target else ""]
+        for a in artifacts
+    ]
+    console.summary(f"built {image} for {options.machine}", ["artifact", "size", ""], rows)
+    if not artifacts:
+        where = deploy_dir(options, command.env)
+        console.warn(f"the build succeeded but nothing named {image}* is in {where}")
+    return artifacts

@@ -1,0 +1,248 @@
+"""`flash`: put a built image on a Jetson Nano (USB recovery flash) or on an SD card."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools import blockdev, console, process, usb
+from tools.build import MACHINES
+from tools.paths import BUILD_ROOT
+
+NANO = MACHINES["jetson-nano"]
+
+METHODS = {
+    "full": "flash everything over USB in recovery mode (doflash.sh): eMMC modules and first boot",
+    "spi-only": "flash only the QSPI boot firmware over USB (doflash.sh --spi-only): SD-card devkits",
+    "sdcard": "make an SD card image with dosdcard.sh; written to --device when given",
+}
+
+
+class FlashError(Exception):
+    """Flashing cannot go ahead or failed; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class FlashOptions:
+    method: str = "full"
+    image: str = NANO.default_image
+    build_dir: Path | None = None  # the kas build dir holding tmp/deploy
+    package: Path | None = None  # a tegraflash tarball, instead of the one from the build
+    sd_image: Path | None = None  # write this SD image instead of building one
+    device: str | None = None
+    force_device: str | None = None
+    yes: bool = False  # non-interactive confirmation for a device that passed every check
+    output: Path | None = None  # where the SD image from dosdcard.sh is kept
+    dry_run: bool = False
+    root: Path = Path("/")  # prefix for /sys, /proc and /dev: tests point it at fixtures
+
+
+def privileged(argv: Sequence[str], euid: int) -> list[str]:
+    """USB recovery flashing and raw disk writes need root: sudo when we are not."""
+    return list(argv) if euid == 0 else ["sudo", *argv]
+
+
+def deploy_dir(options: FlashOptions) -> Path:
+    build_dir = options.build_dir or BUILD_ROOT / "jetson-nano" / "build"
+    return build_dir / "tmp" / "deploy" / "images" / NANO.yocto_machine
+
+
+def tegraflash_package(options: FlashOptions) -> Path:
+    if options.package is not None:
+        if not options.package.is_file():
+            raise FlashError(f"--package {options.package} does not exist")
+        return options.package
+    candidate = deploy_dir(options) / f"{options.image}-{NANO.yocto_machine}.tegraflash.tar.gz"
+    if not candidate.is_file():
+        raise FlashError(
+            f"no tegraflash package at {candidate}; build it first with "
+            f"`./task build --machine jetson-nano --target {options.image}` "
+            "(or pass --package PATH)"
+        )
+    return candidate
+
+
+def bmaptool_command(image: Path, device_file: Path, euid: int) -> process.Command:
+    """bmaptool skips unused blocks when a .bmap sits beside the image."""
+    bmap = image.with_name(image.name + ".bmap")
+    if not bmap.exists():
+        bmap = image.with_suffix(".bmap")
+    bmap_args = ["--bmap", str(bmap)] if bmap.exists() else ["--nobmap"]
+    return process.Command(privileged(["bmaptool", "copy", *bmap_args, str(image), str(device_file)], euid))
+
+
+def ask_typed_confirmation(device: blockdev.BlockDevice, read: Callable[[str], str] = input) -> bool:
+    answer = read(f"Everything on {device.path} will be destroyed. Type {device.path} to go on: ")
+    return answer.strip() == device.path
+
+
+def inspect_target(
+    options: FlashOptions, image_size: int
+) -> tuple[blockdev.BlockDevice, list[blockdev.Refusal]]:
+    """Read the device named by --device, show it, and list what speaks against writing it."""
+    assert options.device is not None
+    name = blockdev.normalise_device_path(options.device)
+    try:
+        device = blockdev.read_block_device(name, options.root)
+    except FileNotFoundError as missing:
+        raise FlashError(f"{missing}; list disks with `lsblk -d -o NAME,SIZE,MODEL,TRAN,RM`") from None
+    if options.force_device is not None and blockdev.normalise_device_path(options.force_device) != name:
+        raise FlashError(
+            f"--force-device {options.force_device} does not name the target --device {options.device}; "
+            "name the same device in both"
+        )
+    host = blockdev.read_host_state(options.root)
+    console.step("target device")
+    for line in blockdev.describe(device, host, console.human_size):
+        console.info(line)
+    refusals = blockdev.refusals_for(device, image_size, host)
+    for refusal in refusals:
+        console.info(f"- {refusal.reason}")
+    return device, refusals
+
+
+def refuse_unsafe_target(options: FlashOptions, image_size: int) -> blockdev.BlockDevice:
+    """Early check before slow work: refusals that no typed confirmation could lift."""
+    device, refusals = inspect_target(options, image_size)
+    try:
+        blockdev.decide(device, refusals, options.force_device, confirmed_by_typing=True)
+    except blockdev.UnsafeTarget as unsafe:
+        raise FlashError(str(unsafe)) from None
+    return device
+
+
+def check_target_device(
+    options: FlashOptions,
+    image_size: int,
+    interactive: bool,
+    read: Callable[[str], str] = input,
+) -> blockdev.BlockDevice:
+    """Show the device, apply the safety policy, get confirmation. Raises FlashError."""
+    device, refusals = inspect_target(options, image_size)
+    forced = options.force_device is not None
+    # Unforced writes are confirmed by typing the path; --yes stands in for that only
+    # when nothing at all speaks against the device.
+    wants_typing = not forced and (bool(refusals) or not options.yes)
+    typed = False
+    if wants_typing and interactive and not options.dry_run:
+        try:
+            blockdev.decide(device, refusals, options.force_device, confirmed_by_typing=True)
+        except blockdev.UnsafeTarget as unsafe:
+            raise FlashError(str(unsafe)) from None
+        typed = ask_typed_confirmation(device, read)
+        if not typed:
+            raise FlashError(f"not confirmed; nothing was written to {device.path}")
+    try:
+        blockdev.decide(device, refusals, options.force_device, typed)
+    except blockdev.UnsafeTarget as unsafe:
+        raise FlashError(str(unsafe)) from None
+    if wants_typing and not typed and not options.dry_run:
+        raise FlashError(
+            f"writing {device.path} needs confirmation: run interactively and type the device path, "
+            f"or pass --yes (or --force-device {device.path})"
+        )
+    return device
+
+
+def write_sd_image(options: FlashOptions, image: Path, euid: int, interactive: bool) -> Path:
+    if not image.is_file() and not options.dry_run:
+        raise FlashError(f"SD image {image} does not exist")
+    size = image.stat().st_size if image.exists() else 0
+    device = check_target_device(options, size, interactive)
+    device_file = options.root / "dev" / device.name
+    console.step(f"writing {image.name} to {device.path}")
+    try:
+        process.run(bmaptool_command(image, device_file, euid), dry_run=options.dry_run)
+    except process.CommandFailed as failure:
+        raise FlashError(
+            f"bmaptool failed ({failure.returncode}); {device.path} may be partly written: write it again"
+        ) from None
+    return device_file
+
+
+def unpack(package: Path, workdir: Path, dry_run: bool) -> None:
+    console.step(f"unpacking {package.name}")
+    # tar, not a GUI tool or Python's tarfile: the package relies on tar keeping modes/links.
+    process.run(process.Command(["tar", "-xzf", str(package), "-C", str(workdir)]), dry_run=dry_run)
+
+
+def flash_over_usb(options: FlashOptions, workdir: Path, euid: int) -> str:
+    console.step("looking for a Jetson Nano in USB recovery mode")
+    boards = usb.find_recovery_boards(options.root)
+    try:
+        board = usb.select_nano(boards)
+    except usb.NoNanoInRecovery as missing:
+        if not options.dry_run:
+            raise FlashError(str(missing)) from None
+        console.warn(f"{missing} (continuing: --dry-run)")
+        board = None
+    if board:
+        console.info(board.describe())
+    argv = ["./doflash.sh", *(["--spi-only"] if options.method == "spi-only" else [])]
+    console.step("flashing over USB (doflash.sh; takes several minutes, keep the board connected)")
+    try:
+        process.run(process.Command(privileged(argv, euid), cwd=workdir), dry_run=options.dry_run)
+    except process.CommandFailed as failure:
+        raise FlashError(
+            f"doflash.sh failed with exit code {failure.returncode}; put the board back in recovery "
+            "mode, check the USB cable (no hub, no VM) and run again"
+        ) from None
+    return f"flashed ({options.method}) the Nano at USB port {board.sysfs_name if board else '?'}"
+
+
+def make_sd_image(options: FlashOptions, workdir: Path) -> Path:
+    console.step("making the SD card image (dosdcard.sh)")
+    try:
+        process.run(process.Command(["./dosdcard.sh"], cwd=workdir), dry_run=options.dry_run)
+    except process.CommandFailed as failure:
+        raise FlashError(f"dosdcard.sh failed with exit code {failure.returncode}") from None
+    if options.dry_run:
+        return workdir / f"{options.image}.sdcard"
+    made = sorted(workdir.glob("*.sdcard"), key=lambda p: p.stat().st_mtime)
+    if not made:
+        raise FlashError(f"dosdcard.sh finished but left no *.sdcard image in {workdir}")
+    return made[-1]
+
+
+def run_flash(
+    options: FlashOptions, euid: int | None = None, interactive: bool | None = None
+) -> list[str]:
+    """Run the chosen method; returns summary lines. Raises FlashError, writing nothing
+    to a device that fails the safety checks."""
+    euid = os.geteuid() if euid is None else euid
+    interactive = sys.stdin.isatty() if interactive is None else interactive
+    results: list[str] = []
+    if options.sd_image is not None:
+        if not options.device:
+            raise FlashError("--sd-image needs --device /dev/sdX (the SD card to write)")
+        written = write_sd_image(options, options.sd_image, euid, interactive)
+        return [f"wrote {options.sd_image} to /dev/{written.name}"]
+    if options.method not in METHODS:
+        raise FlashError(f"unknown --method {options.method!r}; choose one of: {', '.join(METHODS)}")
+    package = tegraflash_package(options)
+    if options.method == "sdcard" and options.device:
+        # Refuse an unsafe device now, before minutes of dosdcard.sh; size is checked later.
+        refuse_unsafe_target(options, image_size=0)
+    with tempfile.TemporaryDirectory(prefix="gpu-k8s-flash-") as temp:
+        workdir = Path(temp)
+        unpack(package, workdir, options.dry_run)
+        if options.method in ("full", "spi-only"):
+            results.append(flash_over_usb(options, workdir, euid))
+        else:
+            sd_image = make_sd_image(options, workdir)
+            if options.device:
+                write_sd_image(options, sd_image, euid, interactive)
+                results.append(f"wrote the SD image to {options.device}")
+            kept = options.output or deploy_dir(options) / f"{options.image}-{NANO.yocto_machine}.sdcard"
+            if options.dry_run:
+                console.info(f"would keep the SD image as {kept}")
+            else:
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(sd_image), kept)
+                results.append(f"SD image: {kept} ({console.human_size(kept.stat().st_size)})")
+    return results

@@ -1,0 +1,489 @@
+"""`smoke-test`: does a booted image work as a GPU node? QEMU or a real board over SSH."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools import console, qemu
+from tools.build import BuildOptions, deploy_dir, machine_target
+from tools.build import build_environment as kas_environment
+
+UNITS = ("docker", "k3s", "gpu-device-plugin")
+GPU_RESOURCE = "nvidia.com/gpu"
+SMOKE_IMAGE = "localhost/gpu-k8s-smoke:latest"
+POD_LABEL = "gpu-k8s-smoke"
+INSUFFICIENT = f"Insufficient {GPU_RESOURCE}"
+KUBECONFIG = "/etc/rancher/k3s/k3s.yaml"
+
+
+class SmokeTestError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class RemoteResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class SshTarget:
+    """Runs shell commands on the node with the system ssh client."""
+
+    def __init__(self, destination: str, port: int = 22, identity: Path | None = None,
+                 connect_timeout_s: int = 10) -> None:
+        self.destination = destination
+        self.port = port
+        self.identity = identity
+        self.connect_timeout_s = connect_timeout_s
+
+    def ssh_argv(self, command: str) -> list[str]:
+        argv = [
+            "ssh",
+            "-o", "BatchMode=yes",
+            # Throwaway VMs and freshly flashed boards have new host keys every time.
+            "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null",
+            "-o", f"ConnectTimeout={self.connect_timeout_s}",
+            "-o", "LogLevel=ERROR",
+            "-p", str(self.port),
+        ]
+        if self.identity is not None:
+            argv += ["-i", str(self.identity)]
+        return [*argv, self.destination, command]
+
+    def run(self, command: str, timeout_s: float = 60, stdin: str | None = None) -> RemoteResult:
+        try:
+            completed = subprocess.run(
+                self.ssh_argv(command), input=stdin, capture_output=True, text=True,
+                timeout=timeout_s, check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return RemoteResult(124, "", f"ssh command timed out after {timeout_s:.0f} s: {command}")
+        return RemoteResult(completed.returncode, completed.stdout, completed.stderr)
+
+
+def kubectl(arguments: str) -> str:
+    """A kubectl command line for the node (k3s installs kubectl in /usr/local/bin)."""
+    return f'export PATH="$PATH:/usr/local/bin" KUBECONFIG={KUBECONFIG}; kubectl {arguments}'
+
+
+def gpu_pod_manifest(name: str, sleep_s: int) -> str:
+    """A pod that takes one GPU, prints what it was given and sleeps; its image ships in
+    the OS image, so no registry is involved."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": POD_LABEL}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "gpu",
+                    "image": SMOKE_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", f"echo $NVIDIA_VISIBLE_DEVICES; sleep {sleep_s}"],
+                    "resources": {"limits": {GPU_RESOURCE: 1}, "requests": {GPU_RESOURCE: 1}},
+                }
+            ],
+        },
+    }
+    return json.dumps(pod, indent=1)
+
+
+# --- pure readers of kubectl's JSON -------------------------------------------------
+
+
+def parse_unit_states(output: str, units: tuple[str, ...] = UNITS) -> dict[str, str]:
+    """`systemctl is-active a b c` prints one state per line, in order."""
+    states = [line.strip() for line in output.splitlines() if line.strip()]
+    return {unit: (states[index] if index < len(states) else "unknown") for index, unit in enumerate(units)}
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    ready: bool
+    gpus_allocatable: int
+    gpus_capacity: int
+
+
+def parse_nodes(output: str) -> list[NodeStatus]:
+    nodes = []
+    for item in json.loads(output).get("items", []):
+        status = item.get("status", {})
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
+        )
+        nodes.append(
+            NodeStatus(
+                name=item.get("metadata", {}).get("name", "?"),
+                ready=ready,
+                gpus_allocatable=int(status.get("allocatable", {}).get(GPU_RESOURCE, 0)),
+                gpus_capacity=int(status.get("capacity", {}).get(GPU_RESOURCE, 0)),
+            )
+        )
+    return nodes
+
+
+@dataclass(frozen=True)
+class PodStatus:
+    name: str
+    phase: str
+    unschedulable_message: str
+
+
+def parse_pods(output: str) -> dict[str, PodStatus]:
+    pods = {}
+    for item in json.loads(output).get("items", []):
+        status = item.get("status", {})
+        message = ""
+        for condition in status.get("conditions", []):
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                message = condition.get("message", "")
+        name = item.get("metadata", {}).get("name", "?")
+        pods[name] = PodStatus(name, status.get("phase", "Unknown"), message)
+    return pods
+
+
+# --- the checks -----------------------------------------------------------------------
+
+
+@dataclass
+class CheckResult:
+    name: str
+    passed: bool | None  # None: not run because an earlier check failed
+    seconds: float = 0.0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    expected_gpus: int = 2
+    pod_sleep_s: int = 20
+    units_timeout_s: float = 300
+    node_timeout_s: float = 300
+    pod_timeout_s: float = 180
+    poll_s: float = 3.0
+
+
+class CheckFailed(Exception):
+    pass
+
+
+@dataclass
+class SmokeChecks:
+    """The checks, in order; each one needs the ones before it to have passed."""
+
+    target: Any  # anything with run(command, timeout_s, stdin) -> RemoteResult
+    settings: CheckSettings = field(default_factory=CheckSettings)
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+    def _poll(self, probe: Callable[[], tuple[bool, str]], timeout_s: float) -> str:
+        """Call probe until it reports done; CheckFailed with its last word on timeout."""
+        deadline = self.clock() + timeout_s
+        while True:
+            done, detail = probe()
+            if done:
+                return detail
+            if self.clock() >= deadline:
+                raise CheckFailed(f"after {timeout_s:.0f} s: {detail}")
+            self.sleep(self.settings.poll_s)
+
+    def _run(self, command: str, stdin: str | None = None) -> RemoteResult:
+        return self.target.run(command, timeout_s=60, stdin=stdin)
+
+    def _kubectl_json(self, arguments: str) -> str:
+        result = self._run(kubectl(arguments + " -o json"))
+        if result.returncode != 0:
+            raise CheckFailed(f"kubectl {arguments} failed: {result.stderr.strip() or result.stdout.strip()}")
+        return result.stdout
+
+    def _pods(self) -> dict[str, PodStatus]:
+        return parse_pods(self._kubectl_json(f"get pods -l app={POD_LABEL}"))
+
+    def _create_pod(self, name: str, sleep_s: int) -> None:
+        result = self._run(kubectl("apply -f -"), stdin=gpu_pod_manifest(name, sleep_s))
+        if result.returncode != 0:
+            raise CheckFailed(f"could not create pod {name}: {result.stderr.strip()}")
+
+    def delete_pods(self) -> None:
+        self._run(kubectl(f"delete pods -l app={POD_LABEL} --ignore-not-found --wait=false"))
+
+    def check_login(self) -> str:
+        result = self._run("true")
+        if result.returncode != 0:
+            raise CheckFailed(f"ssh failed ({result.returncode}): {result.stderr.strip()}")
+        return "ssh works"
+
+    def check_units(self) -> str:
+        def probe() -> tuple[bool, str]:
+            result = self._run("systemctl is-active " + " ".join(UNITS))
+            states = parse_unit_states(result.stdout)
+            described = ", ".join(f"{unit} {state}" for unit, state in states.items())
+            return all(state == "active" for state in states.values()), described
+
+        try:
+            return self._poll(probe, self.settings.units_timeout_s)
+        except CheckFailed as failed:
+            raise CheckFailed(f"{failed} (look at `journalctl -b -u <unit>` on the node)") from None
+
+    def check_node_ready(self) -> str:
+        def probe() -> tuple[bool, str]:
+            nodes = parse_nodes(self._kubectl_json("get nodes"))
+            if not nodes:
+                return False, "no node registered yet"
+            return all(n.ready for n in nodes), ", ".join(f"{n.name} ready={n.ready}" for n in nodes)
+
+        return self._poll(probe, self.settings.node_timeout_s)
+
+    def check_gpus_advertised(self) -> str:
+        expected = self.settings.expected_gpus
+
+        def probe() -> tuple[bool, str]:
+            nodes = parse_nodes(self._kubectl_json("get nodes"))
+            total = sum(n.gpus_allocatable for n in nodes)
+            return total == expected, f"{GPU_RESOURCE} allocatable {total}, expected {expected}"
+
+        return self._poll(probe, self.settings.node_timeout_s)
+
+    def _wait_for_phase(self, names: list[str], phases: set[str], timeout_s: float) -> dict[str, PodStatus]:
+        seen: dict[str, PodStatus] = {}
+
+        def probe() -> tuple[bool, str]:
+            nonlocal seen
+            seen = self._pods()
+            failed = [n for n in names if n in seen and seen[n].phase == "Failed"]
+            if failed and "Failed" not in phases:
+                raise CheckFailed(f"pod(s) {', '.join(failed)} failed (kubectl describe pod {failed[0]})")
+            states = ", ".join(f"{n} {seen[n].phase if n in seen else 'missing'}" for n in names)
+            return all(n in seen and seen[n].phase in phases for n in names), states
+
+        self._poll(probe, timeout_s)
+        return seen
+
+    def check_single_pod(self) -> str:
+        self.delete_pods()
+        self._create_pod("gpu-smoke-single", sleep_s=1)
+        self._wait_for_phase(["gpu-smoke-single"], {"Succeeded"}, self.settings.pod_timeout_s)
+        logs = self._run(kubectl("logs gpu-smoke-single")).stdout.strip()
+        if not logs:
+            raise CheckFailed("the pod ran but NVIDIA_VISIBLE_DEVICES was empty: the plugin gave it no GPU")
+        return f"Succeeded, NVIDIA_VISIBLE_DEVICES={logs.splitlines()[0]}"
+
+    def fill_names(self) -> list[str]:
+        return [f"gpu-smoke-fill-{index}" for index in range(self.settings.expected_gpus)]
+
+    def check_all_gpus_busy(self) -> str:
+        self.delete_pods()
+        for name in self.fill_names():
+            self._create_pod(name, sleep_s=self.settings.pod_sleep_s)
+        self._wait_for_phase(self.fill_names(), {"Running"}, self.settings.pod_timeout_s)
+        return f"{len(self.fill_names())} pod(s) Running, one GPU each"
+
+    def check_extra_pod_pending(self) -> str:
+        self._create_pod("gpu-smoke-extra", sleep_s=1)
+
+        def probe() -> tuple[bool, str]:
+            pods = self._pods()
+            extra = pods.get("gpu-smoke-extra")
+            if extra is None:
+                return False, "gpu-smoke-extra not seen yet"
+            if extra.phase != "Pending":
+                raise CheckFailed(
+                    f"gpu-smoke-extra is {extra.phase}, expected Pending: more GPUs than advertised?"
+                )
+            message = extra.unschedulable_message
+            return INSUFFICIENT in message, f"Pending, scheduler says: {message or '(nothing yet)'}"
+
+        return self._poll(probe, min(self.settings.pod_timeout_s, self.settings.pod_sleep_s))
+
+    def check_extra_pod_runs_later(self) -> str:
+        timeout = self.settings.pod_sleep_s + self.settings.pod_timeout_s
+        self._wait_for_phase(["gpu-smoke-extra"], {"Succeeded"}, timeout)
+        return "gpu-smoke-extra Succeeded once a GPU was free"
+
+    def checks(self) -> list[tuple[str, Callable[[], str]]]:
+        gpus = self.settings.expected_gpus
+        return [
+            ("ssh login", self.check_login),
+            ("units active: " + ", ".join(UNITS), self.check_units),
+            ("node Ready", self.check_node_ready),
+            (f"node advertises {GPU_RESOURCE}: {gpus}", self.check_gpus_advertised),
+            ("a GPU pod runs to completion", self.check_single_pod),
+            (f"every GPU in use ({gpus} pods Running)", self.check_all_gpus_busy),
+            (f"one more GPU pod Pending: {INSUFFICIENT}", self.check_extra_pod_pending),
+            ("that pod runs once a GPU frees up", self.check_extra_pod_runs_later),
+        ]
+
+    def run_all(self) -> list[CheckResult]:
+        results: list[CheckResult] = []
+        failed = False
+        try:
+            for name, check in self.checks():
+                if failed:
+                    results.append(CheckResult(name, None, detail="not run: an earlier check failed"))
+                    continue
+                console.step(f"check: {name}")
+                started = self.clock()
+                try:
+                    detail = check()
+                    results.append(CheckResult(name, True, self.clock() - started, detail))
+                except CheckFailed as failure:
+                    failed = True
+                    results.append(CheckResult(name, False, self.clock() - started, str(failure)))
+                console.info(("pass: " if results[-1].passed else "FAIL: ") + results[-1].detail)
+        finally:
+            if any(r.passed is not None and r.name.startswith(("a GPU pod", "every GPU")) for r in results):
+                self.delete_pods()
+        return results
+
+
+# --- the task -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SmokeOptions:
+    image: Path | None = None  # rootfs .ext4; default from the qemu build
+    kernel: Path | None = None
+    initrd: Path | None = None
+    host: str | None = None  # user@ip of a real board: no QEMU
+    ssh_port: int = 22
+    identity: Path | None = None
+    expected_gpus: int | None = None  # default: 2 in QEMU (simulated), 1 on a board
+    memory_mib: int = qemu.DEFAULT_MEMORY_MIB
+    boot_timeout_s: float = 600
+    pod_sleep_s: int = 20
+    kernel_args: str = ""
+    log_dir: Path | None = None
+    checks_timeout_s: float = 300
+
+
+def find_qemu_image(environ: Mapping[str, str]) -> tuple[Path, Path]:
+    """(rootfs, kernel) of the default image from `./task build` (machine qemu)."""
+    options = BuildOptions(machine="qemu")
+    directory = deploy_dir(options, kas_environment(options, environ))
+    image = machine_target("qemu").default_image
+    for name in (f"{image}-qemux86-64.rootfs.ext4", f"{image}-qemux86-64.ext4"):
+        if (directory / name).exists():
+            return directory / name, directory / "bzImage"
+    raise SmokeTestError(
+        f"no {image} ext4 image in {directory}; run `./task build` first or pass --image PATH"
+    )
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (CI cancelling, `kill`) unwinds like Ctrl-C, so finally blocks run."""
+
+    def raise_interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _BootProgress:
+    """Says it is still waiting every 30 s, so a slow boot does not look like a hang."""
+
+    def __init__(self) -> None:
+        self.next_at = 30.0
+
+    def __call__(self, waited: float) -> None:
+        if waited >= self.next_at:
+            console.info(f"still waiting for SSH ({waited:.0f} s)")
+            self.next_at += 30.0
+
+
+def print_report(results: list[CheckResult], boot_seconds: float | None) -> None:
+    rows = []
+    if boot_seconds is not None:
+        rows.append(["boot to SSH", "pass", f"{boot_seconds:.1f}", ""])
+    for result in results:
+        verdict = {True: "pass", False: "FAIL", None: "skip"}[result.passed]
+        rows.append([result.name, verdict, f"{result.seconds:.1f}", result.detail.splitlines()[0][:100]])
+    console.summary("smoke test report", ["check", "result", "seconds", "detail"], rows)
+
+
+def run_smoke_test(
+    options: SmokeOptions, environ: Mapping[str, str] | None = None, settings: CheckSettings | None = None
+) -> list[CheckResult]:
+    """Boot (unless --host), run every check, print the report. Raises SmokeTestError
+    when anything failed; QEMU is stopped on every path."""
+    environ = os.environ if environ is None else environ
+    base = settings or CheckSettings(pod_sleep_s=options.pod_sleep_s,
+                                     units_timeout_s=options.checks_timeout_s,
+                                     node_timeout_s=options.checks_timeout_s)
+    if options.host:
+        expected = options.expected_gpus if options.expected_gpus is not None else 1
+        checks = SmokeChecks(SshTarget(options.host, options.ssh_port, options.identity),
+                             _with_gpus(base, expected))
+        console.step(f"smoke-testing {options.host} over SSH")
+        results = checks.run_all()
+        print_report(results, None)
+        return _verdict(results)
+
+    if options.image:
+        rootfs, kernel = options.image, options.kernel or options.image.parent / "bzImage"
+    else:
+        rootfs, kernel = find_qemu_image(environ)
+        kernel = options.kernel or kernel
+    for path, what in ((rootfs, "--image"), (kernel, "--kernel")):
+        if not path.is_file():
+            raise SmokeTestError(f"{what} {path} does not exist")
+    log_dir = options.log_dir or rootfs.parent
+    config = qemu.QemuConfig(
+        kernel=kernel,
+        rootfs=rootfs,
+        console_log=log_dir / f"smoke-test-{time.strftime('%Y%m%d-%H%M%S')}.console.log",
+        ssh_port=qemu.free_local_port(),
+        memory_mib=options.memory_mib,
+        kvm=qemu.kvm_usable(),
+        initrd=options.initrd,
+        extra_kernel_args=options.kernel_args,
+    )
+    expected = options.expected_gpus if options.expected_gpus is not None else 2
+    console.step(
+        f"booting {rootfs.name} in QEMU ({'KVM' if config.kvm else 'no KVM: slow software emulation'}, "
+        f"{config.memory_mib} MiB, SSH on 127.0.0.1:{config.ssh_port})"
+    )
+    console.info(f"serial console: {config.console_log}")
+    with sigterm_as_interrupt(), qemu.QemuMachine(config) as machine:
+        try:
+            boot_seconds = machine.wait_for_ssh(options.boot_timeout_s, on_wait=_BootProgress())
+        except qemu.QemuError as failure:
+            print_report([CheckResult("boot to SSH", False, 0, str(failure))], None)
+            raise SmokeTestError(f"{failure}\nnext step: read {config.console_log}") from None
+        console.info(f"SSH is up after {boot_seconds:.1f} s")
+        checks = SmokeChecks(SshTarget("root@127.0.0.1", config.ssh_port, options.identity),
+                             _with_gpus(base, expected))
+        results = checks.run_all()
+    print_report(results, boot_seconds)
+    console.info(f"serial console log: {config.console_log}")
+    return _verdict(results)
+
+
+def _with_gpus(settings: CheckSettings, expected: int) -> CheckSettings:
+    return dataclasses.replace(settings, expected_gpus=expected)
+
+
+def _verdict(results: list[CheckResult]) -> list[CheckResult]:
+    failed = [r for r in results if r.passed is False]
+    if failed:
+        raise SmokeTestError(f"{len(failed)} check(s) failed: {failed[0].name}: {failed[0].detail}")
+    return results

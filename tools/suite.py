@@ -1,0 +1,129 @@
+"""`test`: the whole suite as CI runs it, leg by leg, with a summary."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools import console, testdeps, venvs
+from tools.paths import REPO_ROOT, VENVS_DIR
+
+PYTEST_NO_TESTS = 5  # pytest's exit code when it collected nothing
+
+
+@dataclass(frozen=True)
+class PluginCombination:
+    """One interpreter + library versions the plugin must work on."""
+
+    name: str
+    python_version: str
+    requirements: str  # relative to the repo root
+
+    def venv(self, root: Path = REPO_ROOT) -> venvs.VenvSpec:
+        return venvs.VenvSpec(
+            path=VENVS_DIR / f"plugin-{self.name}",
+            python_version=self.python_version,
+            requirement_files=[root / self.requirements],
+            packages=("pytest",),
+        )
+
+
+PLUGIN_COMBINATIONS = (
+    PluginCombination("oldest", "3.10", "plugin/requirements-oldest.txt"),  # kirkstone
+    PluginCombination("newest", "3.13", "plugin/requirements-newest.txt"),
+)
+
+
+@dataclass
+class LegResult:
+    name: str
+    status: str  # pass, FAIL, NO TESTS, skipped
+    seconds: float
+    detail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "FAIL"
+
+
+def run_leg(name: str, body: Callable[[], tuple[str, str]]) -> LegResult:
+    console.step(f"leg: {name}")
+    started = time.monotonic()
+    try:
+        status, detail = body()
+    except venvs.MissingInterpreter as missing:
+        status, detail = "FAIL", str(missing)
+        console.error(detail)
+    except subprocess.CalledProcessError as failed:
+        status, detail = "FAIL", f"setup command failed: {' '.join(map(str, failed.cmd))}"
+        console.error(detail)
+    return LegResult(name, status, time.monotonic() - started, detail)
+
+
+def pytest_status(code: int) -> tuple[str, str]:
+    if code == 0:
+        return "pass", ""
+    if code == PYTEST_NO_TESTS:
+        return "NO TESTS", "pytest collected no tests"
+    return "FAIL", f"pytest exit {code}"
+
+
+def run_pytest(python: str, paths: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    existing = [p for p in paths if (REPO_ROOT / p).is_dir()]
+    if not existing:
+        return "skipped", f"{', '.join(paths)} not there yet"
+    argv = [python, "-m", "pytest", *existing, "-q"]
+    console.info("running: " + " ".join(argv))
+    full_env = {**os.environ, **(env or {})}
+    code = subprocess.run(argv, cwd=REPO_ROOT, env=full_env, check=False).returncode
+    status, detail = pytest_status(code)
+    missing = sorted(set(paths) - set(existing))
+    if missing:
+        detail = (detail + "; " if detail else "") + f"not there yet: {', '.join(missing)}"
+    return status, detail
+
+
+def ruff_leg() -> tuple[str, str]:
+    from tools.lint import run_ruff
+
+    result = run_ruff()
+    return result.status, result.detail
+
+
+def tools_leg() -> tuple[str, str]:
+    env = testdeps.prepare_qemu_test_host()
+    detail_note = "" if env else "QEMU tests skipped (see warning above)"
+    status, detail = run_pytest(sys.executable, ["tests/tools", "tests/layer"], env)
+    return status, "; ".join(part for part in (detail, detail_note) if part)
+
+
+def plugin_leg(combination: PluginCombination) -> Callable[[], tuple[str, str]]:
+    def body() -> tuple[str, str]:
+        python = venvs.ensure_venv(combination.venv())
+        status, detail = run_pytest(str(python), ["tests/plugin"])
+        versions = f"Python {combination.python_version}, {combination.requirements}"
+        return status, f"{versions}{'; ' + detail if detail else ''}"
+
+    return body
+
+
+def run_suite(quick: bool = False) -> list[LegResult]:
+    legs: list[tuple[str, Callable[[], tuple[str, str]]]] = [
+        ("ruff", ruff_leg),
+        ("tools + layer tests", tools_leg),
+    ]
+    for combination in PLUGIN_COMBINATIONS:
+        if quick and combination.name == "oldest":
+            continue
+        legs.append((f"plugin on {combination.name}", plugin_leg(combination)))
+    results = [run_leg(name, body) for name, body in legs]
+    rows = [[r.name, r.status, f"{r.seconds:.0f}", r.detail] for r in results]
+    console.summary("test summary", ["leg", "result", "seconds", "detail"], rows)
+    if quick:
+        console.info("note: --quick skipped the plugin-oldest leg (Python 3.10 + kirkstone libraries)")
+    return results

@@ -1,0 +1,98 @@
+"""Find Jetson boards in USB recovery mode by reading sysfs (no lsusb needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+NVIDIA_VENDOR_ID = "0955"
+NANO_RECOVERY_PRODUCT_ID = "7f21"
+# Recovery-mode product ids of the other Jetson modules (meta-tegra's find-jetson-usb.sh).
+OTHER_JETSON_RECOVERY_PRODUCT_IDS = frozenset(
+    {"7018", "7418", "7c18", "7019", "7819", "7919", "7023", "7223", "7e19", "7721"}
+)
+
+
+@dataclass(frozen=True)
+class RecoveryBoard:
+    """A Jetson seen on USB in recovery mode."""
+
+    sysfs_name: str  # e.g. "1-2.3": bus 1, port path 2.3
+    product_id: str
+    bus: str
+    device_number: str
+    serial: str | None
+
+    @property
+    def is_nano(self) -> bool:
+        return self.product_id == NANO_RECOVERY_PRODUCT_ID
+
+    def describe(self) -> str:
+        kind = "Jetson Nano" if self.is_nano else "Jetson (not a Nano)"
+        serial = f", serial {self.serial}" if self.serial else ""
+        return (
+            f"{kind} in recovery mode: USB {NVIDIA_VENDOR_ID}:{self.product_id} at port "
+            f"{self.sysfs_name} (bus {self.bus} device {self.device_number}{serial})"
+        )
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def find_recovery_boards(root: Path = Path("/")) -> list[RecoveryBoard]:
+    """Every Jetson in recovery mode, Nano or not; root is a prefix for fixture trees."""
+    boards = []
+    devices = root / "sys" / "bus" / "usb" / "devices"
+    for device in sorted(devices.glob("*")):
+        vendor = _read(device / "idVendor")
+        product = (_read(device / "idProduct") or "").lower()
+        if vendor != NVIDIA_VENDOR_ID:
+            continue
+        if product != NANO_RECOVERY_PRODUCT_ID and product not in OTHER_JETSON_RECOVERY_PRODUCT_IDS:
+            continue  # an NVIDIA device that is not a Jetson in recovery (e.g. a running board)
+        boards.append(
+            RecoveryBoard(
+                sysfs_name=device.name,
+                product_id=product,
+                bus=_read(device / "busnum") or "?",
+                device_number=_read(device / "devnum") or "?",
+                serial=_read(device / "serial"),
+            )
+        )
+    return boards
+
+
+class NoNanoInRecovery(Exception):
+    pass
+
+
+RECOVERY_HOWTO = (
+    "put the Nano in recovery mode: power off, jumper FC REC to GND (pins 9-10 of J50 on "
+    "the B01 devkit), power on, connect its micro-USB port straight to this host (no hub, "
+    "no VM), then check with `lsusb -d 0955:`"
+)
+
+
+def select_nano(boards: list[RecoveryBoard]) -> RecoveryBoard:
+    """Exactly one Nano in recovery, or an error that says what was seen and what to do."""
+    nanos = [board for board in boards if board.is_nano]
+    others = [board for board in boards if not board.is_nano]
+    if len(nanos) == 1:
+        return nanos[0]
+    if len(nanos) > 1:
+        listing = "; ".join(board.describe() for board in nanos)
+        raise NoNanoInRecovery(
+            f"{len(nanos)} Nanos are in recovery mode ({listing}); doflash.sh flashes one: "
+            "leave only the board you mean connected"
+        )
+    if others:
+        listing = "; ".join(board.describe() for board in others)
+        raise NoNanoInRecovery(
+            f"no Jetson Nano (0955:{NANO_RECOVERY_PRODUCT_ID}) in recovery mode, but found {listing}: "
+            "these images are for the Nano only"
+        )
+    raise NoNanoInRecovery(f"no Jetson Nano in recovery mode found on USB; {RECOVERY_HOWTO}")
