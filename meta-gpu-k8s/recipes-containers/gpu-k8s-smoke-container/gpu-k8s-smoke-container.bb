@@ -5,9 +5,11 @@ so a QEMU node needs no registry."
 HOMEPAGE = "https://github.com/meta-gpu-k8s/meta-gpu-k8s"
 LICENSE = "MIT"
 
+# Set before "inherit image", which picks the image-container class from it.
+IMAGE_FSTYPES = "container"
+
 inherit image
 
-IMAGE_FSTYPES = "container"
 # The node image builds the machine's kernel anyway; linux-dummy would be a second provider.
 # nooelint: oelint.vars.mispell.unknown - oe-core image-container.bbclass variable, missing from oelint's kirkstone data
 IMAGE_CONTAINER_NO_DUMMY = "1"
