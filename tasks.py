@@ -22,17 +22,21 @@ def _optional_path(value: str | None) -> Path | None:
 
 
 @task(
+    auto_shortflags=False,
     help={
-        "machine": f"what to build for: {', '.join(build_module.MACHINES)} (default {build_module.DEFAULT_MACHINE})",
+        "machine": f"what to build for: {', '.join(build_module.MACHINES)} "
+        f"(default {build_module.DEFAULT_MACHINE})",
         "target": "image recipe to build (default: gpu-k8s-image-dev for qemu, gpu-k8s-image otherwise)",
         "build-dir": "kas work dir for this machine (default build/<machine>; env KAS_WORK_DIR)",
         "dl-dir": "bitbake download cache, shareable between builds (default build/downloads; env DL_DIR)",
         "sstate-dir": "shared-state cache (default build/sstate-cache; env SSTATE_DIR)",
-        "sstate-mirrors": "SSTATE_MIRRORS value, e.g. 'file://.* https://host/sstate/PATH' (env SSTATE_MIRRORS)",
+        "sstate-mirrors": "SSTATE_MIRRORS value, e.g. 'file://.* https://host/sstate/PATH' "
+        "(env SSTATE_MIRRORS)",
         "threads": "BB_NUMBER_THREADS: bitbake tasks in parallel (env BB_NUMBER_THREADS)",
         "parallel-make": "PARALLEL_MAKE, e.g. '-j 8' (env PARALLEL_MAKE)",
         "repo-ref-dir": "KAS_REPO_REF_DIR: reference clones of the layer repos, for offline/fast checkouts",
-        "min-free-gb": f"refuse to start with less free disk than this (default {build_module.hostcheck.DEFAULT_MIN_FREE_GB})",
+        "min-free-gb": "refuse to start with less free disk (GB) than this "
+        f"(default {build_module.hostcheck.DEFAULT_MIN_FREE_GB})",
         "dry-run": "check the host and print the exact commands without running them",
         "verbose": "stream every line of kas/bitbake output instead of a progress line",
     }
@@ -83,6 +87,7 @@ def build(
 
 
 @task(
+    auto_shortflags=False,
     help={
         "method": "full: doflash.sh over USB (eMMC); spi-only: doflash.sh --spi-only (QSPI firmware of "
         "SD devkits); sdcard: dosdcard.sh makes an SD image, written to --device when given",
@@ -134,10 +139,12 @@ def flash(
     except flash_module.FlashError as failure:
         console.error(str(failure))
         raise Exit(code=1) from None
-    console.summary("flash summary", ["result"], [[line] for line in lines] or [["(dry run: nothing written)"]])
+    rows = [[line] for line in lines] or [["(dry run: nothing written)"]]
+    console.summary("flash summary", ["result"], rows)
 
 
 @task(
+    auto_shortflags=False,
     help={
         "image": "rootfs .ext4 to boot in QEMU (default: the qemu build's gpu-k8s-image-dev)",
         "kernel": "kernel to boot (default: bzImage beside the image)",
@@ -215,12 +222,16 @@ def lint(c: Context) -> None:
         raise Exit(code=1)
 
 
-@task(help={"quick": "skip the plugin leg on the oldest combination (Python 3.10, kirkstone libraries)"})
+@task(
+    auto_shortflags=False,
+    help={"quick": "skip the plugin leg on the oldest combination (Python 3.10, kirkstone libraries)"},
+)
 def test(c: Context, quick: bool = False) -> None:
     """Run the whole test suite, as CI does (.ci/run calls this).
 
-    Legs: ruff; tests/tools and tests/layer; tests/plugin on the oldest (Python 3.10) and newest (Python 3.13) library combinations, each in a
-    venv under .venvs/ made when missing or stale. Exit status non-zero if any leg fails."""
+    Legs: ruff; tests/tools and tests/layer; tests/plugin on the oldest (Python 3.10)
+    and newest (Python 3.13) library combinations, each in a venv under .venvs/ made
+    when missing or stale. Exit status non-zero if any leg fails."""
     results = suite_module.run_suite(quick=quick)
     if any(result.failed for result in results):
         raise Exit(code=1)

@@ -76,8 +76,8 @@ def bmaptool_command(image: Path, device_file: Path, euid: int) -> process.Comma
     return process.Command(privileged(["bmaptool", "copy", *bmap_args, str(image), str(device_file)], euid))
 
 
-def ask_typed_confirmation(device: blockdev.BlockDevice, read: Callable[[str], str] = input) -> bool:
-    answer = read(f"Everything on {device.path} will be destroyed. Type {device.path} to go on: ")
+def ask_typed_confirmation(device: blockdev.BlockDevice, read: Callable[[str], str] | None = None) -> bool:
+    answer = (read or input)(f"Everything on {device.path} will be destroyed. Type {device.path} to go on: ")
     return answer.strip() == device.path
 
 
@@ -120,7 +120,7 @@ def check_target_device(
     options: FlashOptions,
     image_size: int,
     interactive: bool,
-    read: Callable[[str], str] = input,
+    read: Callable[[str], str] | None = None,
 ) -> blockdev.BlockDevice:
     """Show the device, apply the safety policy, get confirmation. Raises FlashError."""
     device, refusals = inspect_target(options, image_size)
@@ -171,7 +171,7 @@ def unpack(package: Path, workdir: Path, dry_run: bool) -> None:
     process.run(process.Command(["tar", "-xzf", str(package), "-C", str(workdir)]), dry_run=dry_run)
 
 
-def flash_over_usb(options: FlashOptions, workdir: Path, euid: int) -> str:
+def find_board(options: FlashOptions) -> usb.RecoveryBoard | None:
     console.step("looking for a Jetson Nano in USB recovery mode")
     boards = usb.find_recovery_boards(options.root)
     try:
@@ -182,7 +182,11 @@ def flash_over_usb(options: FlashOptions, workdir: Path, euid: int) -> str:
         console.warn(f"{missing} (continuing: --dry-run)")
         board = None
     if board:
-        console.info(board.describe())
+        console.info(f"found {board.describe()}")
+    return board
+
+
+def flash_over_usb(options: FlashOptions, board: usb.RecoveryBoard | None, workdir: Path, euid: int) -> str:
     argv = ["./doflash.sh", *(["--spi-only"] if options.method == "spi-only" else [])]
     console.step("flashing over USB (doflash.sh; takes several minutes, keep the board connected)")
     try:
@@ -228,11 +232,13 @@ def run_flash(
     if options.method == "sdcard" and options.device:
         # Refuse an unsafe device now, before minutes of dosdcard.sh; size is checked later.
         refuse_unsafe_target(options, image_size=0)
+    over_usb = options.method in ("full", "spi-only")
+    board = find_board(options) if over_usb else None
     with tempfile.TemporaryDirectory(prefix="gpu-k8s-flash-") as temp:
         workdir = Path(temp)
         unpack(package, workdir, options.dry_run)
-        if options.method in ("full", "spi-only"):
-            results.append(flash_over_usb(options, workdir, euid))
+        if over_usb:
+            results.append(flash_over_usb(options, board, workdir, euid))
         else:
             sd_image = make_sd_image(options, workdir)
             if options.device:

@@ -28,10 +28,10 @@ class RecoveryBoard:
         return self.product_id == NANO_RECOVERY_PRODUCT_ID
 
     def describe(self) -> str:
-        kind = "Jetson Nano" if self.is_nano else "Jetson (not a Nano)"
+        kind = "a Jetson Nano" if self.is_nano else "a Jetson that is not a Nano"
         serial = f", serial {self.serial}" if self.serial else ""
         return (
-            f"{kind} in recovery mode: USB {NVIDIA_VENDOR_ID}:{self.product_id} at port "
+            f"{kind} in recovery mode (USB {NVIDIA_VENDOR_ID}:{self.product_id}) at port "
             f"{self.sysfs_name} (bus {self.bus} device {self.device_number}{serial})"
         )
 

@@ -1,0 +1,181 @@
+"""build: host checks, the kas command line, progress, artifacts and failures."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from tools import build, hostcheck, process
+
+GIB = 1024**3
+
+KAS_STAND_IN = """
+target = argv[argv.index('--target') + 1]
+build_dir = env['KAS_BUILD_DIR']
+print('NOTE: Starting bitbake server...')
+for number in range(1, 4):
+    print(f'NOTE: Running task {number} of 3 (/layers/poky/meta/recipes-core/busybox/busybox.bb:do_compile)')
+deploy = os.path.join(build_dir, 'tmp', 'deploy', 'images', 'qemux86-64')
+os.makedirs(deploy, exist_ok=True)
+real = os.path.join(deploy, target + '-qemux86-64.rootfs-20260101.ext4')
+with open(real, 'wb') as image:
+    image.write(b'\\0' * 4096)
+os.symlink(os.path.basename(real), os.path.join(deploy, target + '-qemux86-64.rootfs.ext4'))
+with open(os.path.join(deploy, 'bzImage'), 'wb') as kernel:
+    kernel.write(b'\\0' * 1024)
+with open(os.path.join(deploy, 'unrelated.txt'), 'w') as other:
+    other.write('not an artifact')
+"""
+
+
+@pytest.fixture
+def fit_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "refuse_unfit_host", lambda options, env: [])
+
+
+def options_in(tmp_path: Path, **overrides) -> build.BuildOptions:
+    return build.BuildOptions(build_dir=tmp_path / "qemu", **overrides)
+
+
+def test_default_build_is_the_qemu_dev_image_with_its_kas_file(tmp_path: Path) -> None:
+    command = build.kas_build_command(options_in(tmp_path), environ={})
+    assert command.argv[1:] == ["build", "--target", "gpu-k8s-image-dev", "kas/qemu-x86-64.yml"]
+
+
+def test_machine_choice_picks_kas_file_and_default_image(tmp_path: Path) -> None:
+    command = build.kas_build_command(options_in(tmp_path, machine="jetson-nano"), environ={})
+    assert command.argv[-1] == "kas/jetson-nano.yml"
+    assert "gpu-k8s-image" in command.argv
+
+
+def test_unknown_machine_names_the_choices() -> None:
+    with pytest.raises(build.BuildError, match="choose one of: qemu, x86-64, jetson-nano"):
+        build.machine_target("raspberrypi4")
+
+
+def test_caches_come_from_environment_and_options_win(tmp_path: Path) -> None:
+    environ = {
+        "DL_DIR": "/srv/downloads",
+        "SSTATE_MIRRORS": "file://.* http://cache/PATH",
+        "BB_NUMBER_THREADS": "4",
+        "UNRELATED": "x",
+    }
+    options = options_in(tmp_path, settings={"BB_NUMBER_THREADS": "16", "PARALLEL_MAKE": "-j 16"})
+    env = build.build_environment(options, environ)
+    assert env["DL_DIR"] == "/srv/downloads"
+    assert env["SSTATE_MIRRORS"] == "file://.* http://cache/PATH"
+    assert env["BB_NUMBER_THREADS"] == "16"
+    assert env["PARALLEL_MAKE"] == "-j 16"
+    assert "UNRELATED" not in env
+    assert env["KAS_BUILD_DIR"] == str(tmp_path / "qemu" / "build")
+
+
+def test_dry_run_prints_the_exact_command_and_runs_nothing(
+    tmp_path: Path, stand_ins, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stand_ins.add("kas", KAS_STAND_IN)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    monkeypatch.setattr(build, "refuse_unfit_host", lambda o, e: [hostcheck.Problem("running as root", "x")])
+    assert build.run_build(options_in(tmp_path, dry_run=True), environ={}) == []
+    out = capsys.readouterr().out
+    assert "would run: cd " in out
+    assert "kas build --target gpu-k8s-image-dev kas/qemu-x86-64.yml" in out
+    assert "a real build would stop here" in out
+    assert stand_ins.calls("kas") == []
+
+
+def test_unfit_host_is_refused_before_kas_runs(tmp_path: Path, stand_ins, monkeypatch) -> None:
+    stand_ins.add("kas", KAS_STAND_IN)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    monkeypatch.setattr(build, "refuse_unfit_host", lambda o, e: hostcheck.check_not_root(0))
+    with pytest.raises(build.BuildError, match="cannot build yet"):
+        build.run_build(options_in(tmp_path), environ={})
+    assert stand_ins.calls("kas") == []
+
+
+def test_build_runs_kas_and_lists_artifacts_with_sizes(
+    tmp_path: Path, stand_ins, fit_host, monkeypatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stand_ins.add("kas", KAS_STAND_IN)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    environ = {"SSTATE_MIRRORS": "file://.* http://cache/PATH"}
+    artifacts = build.run_build(options_in(tmp_path), environ=environ)
+    names = {a.path.name for a in artifacts}
+    assert names == {
+        "gpu-k8s-image-dev-qemux86-64.rootfs-20260101.ext4",
+        "gpu-k8s-image-dev-qemux86-64.rootfs.ext4",
+        "bzImage",
+    }
+    link = next(a for a in artifacts if a.link_target)
+    assert link.size_bytes == 4096
+    out = capsys.readouterr().out
+    assert "4.0 KiB" in out and "built gpu-k8s-image-dev for qemu" in out
+    (call,) = stand_ins.calls("kas")
+    assert call["argv"] == ["build", "--target", "gpu-k8s-image-dev", "kas/qemu-x86-64.yml"]
+    log = (tmp_path / "qemu" / "build" / "kas-build.log").read_text()
+    assert "Running task 3 of 3" in log
+
+
+def test_failed_build_names_the_error_log_and_next_step(
+    tmp_path: Path, stand_ins, fit_host, monkeypatch
+) -> None:
+    stand_ins.add(
+        "kas",
+        "print('NOTE: Running task 7 of 9 (/x/k3s_git.bb:do_compile)')\n"
+        "print('ERROR: k3s-v1.29-r0 do_compile: oe_runmake failed')\n",
+        exit_code=1,
+    )
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    with pytest.raises(build.BuildError) as failure:
+        build.run_build(options_in(tmp_path), environ={})
+    message = str(failure.value)
+    assert "ERROR: k3s-v1.29-r0 do_compile" in message
+    assert "kas-build.log" in message and "next step" in message
+
+
+def test_progress_line_condenses_bitbake_task_counts() -> None:
+    progress = process.BitbakeProgress()
+    assert not progress.update("NOTE: Fetching layers")
+    assert progress.update(
+        "NOTE: Running setscene task 12 of 400 (/poky/meta/glibc_2.35.bb:do_populate_sysroot_setscene)"
+    )
+    assert progress.line() == "[setscene task 12/400   3%] glibc_2.35.bb:do_populate_sysroot_setscene"
+
+
+def test_logged_run_prints_progress_every_interval_off_a_terminal(tmp_path: Path, stand_ins) -> None:
+    stand_ins.add("fakebake", "for n in range(1, 6): print(f'NOTE: Running task {n} of 5 (/r/a.bb:do_x)')")
+    out = io.StringIO()
+    ticks = iter(range(0, 1000, 20))
+    process.run_logged(
+        process.Command(["fakebake"]),
+        tmp_path / "log",
+        out=out,
+        progress_every_s=10,
+        clock=lambda: next(ticks),
+    )
+    assert "[task 5/5 100%] a.bb:do_x" in out.getvalue()
+
+
+def test_host_checks_name_each_problem_and_fix(tmp_path: Path) -> None:
+    facts = hostcheck.HostFacts(tmp_path, free_bytes=40 * GIB, euid=0, locales=("C", "POSIX"))
+    problems = hostcheck.check_build_host(
+        facts, 100, which=lambda tool: None if tool in ("chrpath", "makeinfo") else "/usr/bin/x"
+    )
+    text = "\n".join(str(p) for p in problems)
+    assert "bitbake refuses to build as root" in text
+    assert "only 40 GB free" in text and "--min-free-gb" in text
+    assert "missing: chrpath, makeinfo" in text and "sudo apt-get install chrpath texinfo" in text
+    assert "en_US.UTF-8 locale is not installed" in text and "locale-gen" in text
+
+
+def test_fit_host_has_no_problems(tmp_path: Path) -> None:
+    facts = hostcheck.HostFacts(tmp_path, free_bytes=200 * GIB, euid=1000, locales=("C", "en_US.utf8"))
+    assert hostcheck.check_build_host(facts, 100, which=lambda tool: "/usr/bin/" + tool) == []
+
+
+def test_free_disk_is_measured_on_the_nearest_existing_parent(tmp_path: Path) -> None:
+    assert hostcheck.nearest_existing(tmp_path / "not" / "yet") == tmp_path
+    assert os.path.isdir(hostcheck.nearest_existing(Path("/definitely/not/here")))

@@ -1,0 +1,287 @@
+"""flash: recovery-mode detection, the tegraflash scripts, and SD writes that refuse to
+touch the wrong disk. Every refusal proves bmaptool/doflash never ran and the target
+device file is unchanged."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tools import flash, usb
+
+GB = 1000**3
+
+BMAPTOOL = """
+image, target = argv[-2], argv[-1]
+with open(target, 'wb') as device:
+    device.write(b'WRITTEN FROM ' + os.path.basename(image).encode())
+print(f'bmaptool: info: copying image {os.path.basename(image)} to {target}')
+"""
+
+
+@pytest.fixture
+def sd_image(tmp_path: Path) -> Path:
+    image = tmp_path / "gpu-k8s-image-jetson-nano-devkit.sdcard"
+    with image.open("wb") as out:
+        out.truncate(8 * GB)  # sparse: no disk space used
+    return image
+
+
+def write_options(host_tree, sd_image: Path, device: str, **overrides) -> flash.FlashOptions:
+    return flash.FlashOptions(sd_image=sd_image, device=device, root=host_tree.root, **overrides)
+
+
+def device_content(host_tree, name: str) -> bytes:
+    return (host_tree.root / "dev" / name).read_bytes()
+
+
+def test_sd_image_is_written_to_a_safe_card_with_bmaptool(host_tree, sd_image, stand_ins) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    flash.run_flash(write_options(host_tree, sd_image, "/dev/sdb", yes=True), euid=0, interactive=False)
+    (call,) = stand_ins.calls("bmaptool")
+    assert call["argv"] == ["copy", "--nobmap", str(sd_image), str(host_tree.root / "dev" / "sdb")]
+    assert device_content(host_tree, "sdb") == b"WRITTEN FROM " + sd_image.name.encode()
+
+
+def test_bmap_beside_the_image_is_used(host_tree, sd_image, stand_ins) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    bmap = sd_image.with_name(sd_image.name + ".bmap")
+    bmap.write_text("<bmap/>")
+    flash.run_flash(write_options(host_tree, sd_image, "sdb", yes=True), euid=0, interactive=False)
+    assert stand_ins.calls("bmaptool")[0]["argv"][:3] == ["copy", "--bmap", str(bmap)]
+
+
+@pytest.mark.parametrize(
+    ("device", "reason"),
+    [
+        ("/dev/sda", "it holds / of this host"),
+        ("/dev/sdc", "it is mounted: /dev/sdc1 on /media/user/CARD"),
+        ("/dev/sdd", "smaller than the image"),
+        ("/dev/nvme0n1", "not removable"),
+        ("/dev/mmcblk1", "not removable"),
+    ],
+)
+def test_unsafe_devices_are_refused_and_nothing_is_written(
+    host_tree, sd_image, stand_ins, device: str, reason: str
+) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    name = device.removeprefix("/dev/")
+    before = device_content(host_tree, name)
+    with pytest.raises(flash.FlashError, match=f"refusing to write {device}: .*{reason}"):
+        flash.run_flash(write_options(host_tree, sd_image, device, yes=True), euid=0, interactive=False)
+    assert stand_ins.calls("bmaptool") == []
+    assert device_content(host_tree, name) == before
+
+
+def test_refusal_even_when_the_person_confirms_interactively(
+    host_tree, sd_image, stand_ins, monkeypatch
+) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    monkeypatch.setattr("builtins.input", lambda prompt: "/dev/sdc")
+    with pytest.raises(flash.FlashError, match="use --force-device /dev/sdc"):
+        flash.run_flash(write_options(host_tree, sd_image, "/dev/sdc"), euid=0, interactive=True)
+    assert stand_ins.calls("bmaptool") == []
+
+
+def test_force_device_writes_a_mounted_card(host_tree, sd_image, stand_ins) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    options = write_options(host_tree, sd_image, "/dev/sdc", force_device="/dev/sdc")
+    flash.run_flash(options, euid=0, interactive=False)
+    assert device_content(host_tree, "sdc").startswith(b"WRITTEN")
+
+
+def test_force_device_must_name_the_target(host_tree, sd_image, stand_ins) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    options = write_options(host_tree, sd_image, "/dev/sda", force_device="/dev/sdb")
+    with pytest.raises(flash.FlashError, match="does not name the target"):
+        flash.run_flash(options, euid=0, interactive=False)
+    assert stand_ins.calls("bmaptool") == []
+    assert device_content(host_tree, "sda").startswith(b"ORIGINAL")
+
+
+def test_force_cannot_make_a_too_small_card_fit(host_tree, sd_image, stand_ins) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    with pytest.raises(flash.FlashError, match="smaller than the image"):
+        flash.run_flash(
+            write_options(host_tree, sd_image, "/dev/sdd", force_device="sdd"), euid=0, interactive=False
+        )
+    assert device_content(host_tree, "sdd").startswith(b"ORIGINAL")
+
+
+def test_safe_card_needs_confirmation_when_not_interactive(host_tree, sd_image, stand_ins) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    with pytest.raises(flash.FlashError, match="needs confirmation"):
+        flash.run_flash(write_options(host_tree, sd_image, "/dev/sdb"), euid=0, interactive=False)
+    assert stand_ins.calls("bmaptool") == []
+
+
+def test_typed_confirmation_writes_and_a_wrong_answer_does_not(
+    host_tree, sd_image, stand_ins, monkeypatch
+) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    monkeypatch.setattr("builtins.input", lambda prompt: "yes")
+    with pytest.raises(flash.FlashError, match="not confirmed"):
+        flash.run_flash(write_options(host_tree, sd_image, "/dev/sdb"), euid=0, interactive=True)
+    assert stand_ins.calls("bmaptool") == []
+    monkeypatch.setattr("builtins.input", lambda prompt: "/dev/sdb")
+    flash.run_flash(write_options(host_tree, sd_image, "/dev/sdb"), euid=0, interactive=True)
+    assert device_content(host_tree, "sdb").startswith(b"WRITTEN")
+
+
+def test_dry_run_shows_the_write_and_writes_nothing(host_tree, sd_image, stand_ins, capsys) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    flash.run_flash(
+        write_options(host_tree, sd_image, "/dev/sdb", dry_run=True), euid=1000, interactive=False
+    )
+    out = capsys.readouterr().out
+    assert f"would run: sudo bmaptool copy --nobmap {sd_image}" in out
+    assert "/dev/sdb: Generic STORAGE DEVICE" in out
+    assert stand_ins.calls("bmaptool") == []
+    assert device_content(host_tree, "sdb").startswith(b"ORIGINAL")
+
+
+# --- USB recovery flashing with a real tar and stand-in tegraflash scripts -------------
+
+DOFLASH = (
+    "print('*** Flashing target device started. ***')\n"
+    "print('*** The target device has been flashed successfully. ***')\n"
+)
+DOSDCARD = (
+    "open(os.path.join(os.getcwd(), 'gpu-k8s-image.sdcard'), 'wb').truncate(4 * 1000**3)\n"
+    "print('Creating SD card image gpu-k8s-image.sdcard... done')\n"
+)
+
+
+@pytest.fixture
+def tegraflash_build(tmp_path: Path, stand_ins) -> Path:
+    """A kas build dir whose deploy dir holds a tegraflash package with stand-in scripts."""
+    content = tmp_path / "tegraflash"
+    content.mkdir()
+    for name, body in (("doflash.sh", DOFLASH), ("dosdcard.sh", DOSDCARD)):
+        script = stand_ins.add(name, body)
+        (content / name).write_text(script.read_text())
+        (content / name).chmod(0o755)
+        script.unlink()  # only the copies inside the package may run
+    (content / "flash.xml.in").write_text("<partition_layout/>")
+    build_dir = tmp_path / "build"
+    deploy = build_dir / "tmp" / "deploy" / "images" / "jetson-nano-devkit"
+    deploy.mkdir(parents=True)
+    package = deploy / "gpu-k8s-image-jetson-nano-devkit.tegraflash.tar.gz"
+    subprocess.run(["tar", "-czf", str(package), "-C", str(content), "."], check=True)
+    return build_dir
+
+
+def test_full_flash_unpacks_and_runs_doflash_for_the_nano(host_tree, tegraflash_build, stand_ins) -> None:
+    host_tree.add_usb_device("1-2", "0955", "7f21", serial="0423418040000")
+    options = flash.FlashOptions(method="full", build_dir=tegraflash_build, root=host_tree.root)
+    (line,) = flash.run_flash(options, euid=0, interactive=False)
+    (call,) = stand_ins.calls("doflash.sh")
+    assert call["argv"] == []
+    assert (Path(call["cwd"]) / "flash.xml.in").exists() is False  # temp dir cleaned up afterwards
+    assert "gpu-k8s-flash-" in call["cwd"]
+    assert "port 1-2" in line
+
+
+def test_spi_only_flash_passes_spi_only(host_tree, tegraflash_build, stand_ins) -> None:
+    host_tree.add_usb_device("3-1", "0955", "7f21")
+    options = flash.FlashOptions(method="spi-only", build_dir=tegraflash_build, root=host_tree.root)
+    flash.run_flash(options, euid=0, interactive=False)
+    assert stand_ins.calls("doflash.sh")[0]["argv"] == ["--spi-only"]
+
+
+def test_no_board_in_recovery_is_refused_with_how_to(host_tree, tegraflash_build, stand_ins) -> None:
+    options = flash.FlashOptions(method="full", build_dir=tegraflash_build, root=host_tree.root)
+    with pytest.raises(flash.FlashError, match="no Jetson Nano in recovery mode found.*FC REC"):
+        flash.run_flash(options, euid=0, interactive=False)
+    assert stand_ins.calls("doflash.sh") == []
+
+
+def test_another_jetson_in_recovery_is_not_a_nano(host_tree, tegraflash_build, stand_ins) -> None:
+    host_tree.add_usb_device("1-4", "0955", "7019")
+    options = flash.FlashOptions(method="full", build_dir=tegraflash_build, root=host_tree.root)
+    with pytest.raises(flash.FlashError, match=r"not a Nano in recovery mode \(USB 0955:7019\)"):
+        flash.run_flash(options, euid=0, interactive=False)
+    assert stand_ins.calls("doflash.sh") == []
+
+
+def test_missing_tegraflash_package_says_how_to_build_it(host_tree, tmp_path: Path) -> None:
+    options = flash.FlashOptions(build_dir=tmp_path / "empty", root=host_tree.root)
+    with pytest.raises(flash.FlashError, match="./task build --machine jetson-nano"):
+        flash.run_flash(options, euid=0, interactive=False)
+
+
+def test_sdcard_method_makes_the_image_and_keeps_it(host_tree, tegraflash_build, stand_ins, tmp_path) -> None:
+    kept = tmp_path / "out" / "nano.sdcard"
+    options = flash.FlashOptions(
+        method="sdcard", build_dir=tegraflash_build, output=kept, root=host_tree.root
+    )
+    (line,) = flash.run_flash(options, euid=0, interactive=False)
+    assert kept.stat().st_size == 4 * GB
+    assert str(kept) in line
+    assert len(stand_ins.calls("dosdcard.sh")) == 1
+
+
+def test_sdcard_method_refuses_an_unsafe_device_before_making_the_image(
+    host_tree, tegraflash_build, stand_ins
+) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    options = flash.FlashOptions(
+        method="sdcard", build_dir=tegraflash_build, device="/dev/sda", yes=True, root=host_tree.root
+    )
+    with pytest.raises(flash.FlashError, match="refusing to write /dev/sda"):
+        flash.run_flash(options, euid=0, interactive=False)
+    assert stand_ins.calls("dosdcard.sh") == []
+    assert stand_ins.calls("bmaptool") == []
+    assert device_content(host_tree, "sda").startswith(b"ORIGINAL")
+
+
+def test_sdcard_method_writes_the_made_image_to_a_safe_card(
+    host_tree, tegraflash_build, stand_ins, tmp_path
+) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    options = flash.FlashOptions(
+        method="sdcard",
+        build_dir=tegraflash_build,
+        device="/dev/sdb",
+        yes=True,
+        output=tmp_path / "kept.sdcard",
+        root=host_tree.root,
+    )
+    flash.run_flash(options, euid=0, interactive=False)
+    assert device_content(host_tree, "sdb") == b"WRITTEN FROM gpu-k8s-image.sdcard"
+
+
+def test_dry_run_flash_shows_every_command_and_runs_none(
+    host_tree, tegraflash_build, stand_ins, capsys
+) -> None:
+    options = flash.FlashOptions(method="full", build_dir=tegraflash_build, dry_run=True, root=host_tree.root)
+    flash.run_flash(options, euid=1000, interactive=False)
+    out = capsys.readouterr().out
+    assert "would run: tar -xzf " in out
+    assert "would run: cd /tmp/gpu-k8s-flash-" in out or "would run: cd " in out
+    assert "sudo ./doflash.sh" in out
+    assert stand_ins.calls("doflash.sh") == []
+
+
+def test_recovery_scan_lists_nano_and_others_and_ignores_other_usb(host_tree) -> None:
+    host_tree.add_usb_device("1-1", "046d", "c52b")  # a mouse
+    host_tree.add_usb_device("1-2", "0955", "7f21")
+    host_tree.add_usb_device("1-3", "0955", "7e19")
+    host_tree.add_usb_device("1-5", "0955", "7020")  # an NVIDIA device not in recovery
+    boards = usb.find_recovery_boards(host_tree.root)
+    assert [(b.sysfs_name, b.is_nano) for b in boards] == [("1-2", True), ("1-3", False)]
+    assert usb.select_nano(boards).sysfs_name == "1-2"
+
+
+def test_two_nanos_are_refused(host_tree) -> None:
+    host_tree.add_usb_device("1-2", "0955", "7f21")
+    host_tree.add_usb_device("2-2", "0955", "7f21")
+    with pytest.raises(usb.NoNanoInRecovery, match="2 Nanos"):
+        usb.select_nano(usb.find_recovery_boards(host_tree.root))
+
+
+def test_sudo_only_when_not_root() -> None:
+    assert flash.privileged(["./doflash.sh"], euid=0) == ["./doflash.sh"]
+    assert flash.privileged(["./doflash.sh"], euid=1000) == ["sudo", "./doflash.sh"]
