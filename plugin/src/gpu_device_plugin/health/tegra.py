@@ -1,0 +1,438 @@
+"""Health of a Jetson's integrated GPU: its device nodes, and nvgpu errors in the kernel log.
+
+Marks the GPU Unhealthy when one of its device nodes disappears or cannot be opened, or
+when nvgpu logs an error that means the GPU (not one application) is in trouble. Recovers
+after `recovery_quiet_period_s` with every node present and openable and no new error line.
+
+Kernel log lines come from nvgpu's logger, "nvgpu: <dev> <function>:<line> [ERR]  <text>"
+(L4T R32 and later), or from older kernels' dev_err, "gk20a <dev>: <function>: <text>".
+How they are judged (see `classify_kmsg_line`):
+- channel errors carry an Xid-like code: nvgpu's error notifier values are the Xid numbers
+  (8 idle timeout, 13 graphics exception, 31 MMU fault, 32 PBDMA error, 43 channel reset),
+  so they go through the same Xid policy as NVML: application errors (13, 31, 43, 45, 68,
+  109) are ignored by default, DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS apply.
+  "error notifier set to N for ch C" gives N; "Job on channel C timed out" is 8; PBDMA
+  interrupts 32; MMU faults 31; SM / graphics exceptions 13; "fifo sched ctxsw timeout"
+  and "preempt TSG/channel ... timeout" are context-switch timeouts, 109.
+- driver-level failures always count: "SW quiesce" (nvgpu stopped the GPU), PMU halt or
+  exterr, "fecs watchdog" / "cannot ctxsw anymore", a failed power-on, uncorrected ECC.
+- everything else is noise: warnings and info, "fake mmu fault" (nvgpu's own recovery
+  trick), debug dumps, other drivers, and [ERR] lines not listed above.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import select
+import stat
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .. import inotify
+from ..model import Gpu, Health
+from .base import Report
+from .policy import GOOD, DeviceState, Observation, XidPolicy, bad, next_state, xid_policy_from_env
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------
+# Kernel log classification (pure)
+
+_KMSG_PREFIX = re.compile(r"(?P<prio>\d+),\d+,\d+,[^;]*;")
+_NVGPU_LINE = re.compile(
+    r"nvgpu:.*?(?P<func>\w+):(?P<line>\d+)\s+\[(?P<tag>ERR|WRN|INFO|DBG)\]\s*(?P<text>.*)"
+)
+_OLD_GPU_LINE = re.compile(r"(?:gk20a|gm20b|gp10b|gv11b|ga10b|nvgpu)\s+\S+:\s+(?P<text>.*)")
+_ERR_LEVEL = 3  # KERN_ERR; nvgpu_err and dev_err log at this level
+
+
+@dataclass(frozen=True)
+class KmsgRecord:
+    level: int | None  # syslog level 0-7 when the line carried a /dev/kmsg prefix
+    text: str
+
+
+@dataclass(frozen=True)
+class GpuLogError:
+    """An nvgpu error line that may matter: `xid` for channel errors, None for driver failures."""
+
+    xid: int | None
+    summary: str
+
+
+def parse_kmsg_record(raw: str) -> KmsgRecord:
+    """A /dev/kmsg record "prio,seq,usec,flags;text" (continuation lines dropped), or a plain line."""
+    first = raw.split("\n", 1)[0].rstrip("\r")
+    match = _KMSG_PREFIX.match(first)
+    if match is None:
+        return KmsgRecord(None, first)
+    return KmsgRecord(int(match["prio"]) & 7, first[match.end():])
+
+
+# (pattern on the lowercased error text, Xid or None for driver-level, summary)
+_XID_NOTIFIER = re.compile(r"error notifier set to (\d+)")
+_RULES: tuple[tuple[re.Pattern[str], int | None, str], ...] = (
+    (re.compile(r"sw quiesce"), None, "nvgpu stopped the GPU (SW quiesce)"),
+    (re.compile(r"pmu halt|pmu exterr"), None, "GPU power-management unit (PMU) halted"),
+    (re.compile(r"fecs watchdog|cannot ctxsw anymore"), None, "context-switch firmware (FECS) stopped"),
+    (re.compile(r"(failed|unable) to (power ?on|unrailgate)|power ?on failed"), None,
+     "GPU failed to power on"),
+    (re.compile(r"(uncorrected|double[- ]bit).*\becc\b|\becc\b.*(uncorrected|double[- ]bit)"), None,
+     "uncorrectable ECC error"),
+    (re.compile(r"job on channel \d+ timed out"), 8, "channel watchdog timeout"),
+    (re.compile(r"pbdma_intr|pbdma intr"), 32, "PBDMA error (corrupted push buffer stream)"),
+    (re.compile(r"mmu fault|mmu_fault"), 31, "GPU memory page fault"),
+    (re.compile(r"sm exception|sm_exception|gr exception|mme_fe1 exception|hww (global|warp) esr"), 13,
+     "graphics engine exception"),
+    (re.compile(r"ctxsw timeout|preempt (tsg|channel|ch) \d+ timeout|preempt timed out"), 109,
+     "context-switch timeout"),
+)
+
+
+def classify_kmsg_line(raw: str) -> GpuLogError | None:
+    """What one kernel log line says about the GPU; None for anything that is not a GPU error."""
+    record = parse_kmsg_record(raw)
+    text = record.text.strip()
+    match = _NVGPU_LINE.match(text)
+    if match is not None:
+        if match["tag"] != "ERR":
+            return None
+        message = match["text"]
+    else:
+        old = _OLD_GPU_LINE.match(text)
+        if old is None or (record.level is not None and record.level > _ERR_LEVEL):
+            return None
+        message = old["text"]
+    lowered = message.lower()
+    if "fake mmu fault" in lowered:  # nvgpu raises it itself to reset an engine during recovery
+        return None
+    notifier = _XID_NOTIFIER.search(lowered)
+    if notifier is not None:
+        return GpuLogError(int(notifier.group(1)), f"channel error notifier {notifier.group(1)}")
+    for pattern, xid, summary in _RULES:
+        if pattern.search(lowered):
+            return GpuLogError(xid, summary)
+    return None
+
+
+def kmsg_observation(raw: str, policy: XidPolicy) -> Observation | None:
+    """The bad observation a kernel log line gives the GPU under `policy`, or None."""
+    found = classify_kmsg_line(raw)
+    if found is None:
+        return None
+    if found.xid is None:
+        counts = policy.other_checks_enabled
+        label = found.summary
+    else:
+        counts = policy.is_critical(found.xid)
+        label = f"{found.summary} (Xid-equivalent {found.xid})"
+    if not counts:
+        return None
+    return bad(f"nvgpu error in the kernel log: {label}: {parse_kmsg_record(raw).text.strip()[:160]}")
+
+
+# ---------------------------------------------------------------------------------------
+# Device nodes (thin I/O)
+
+# Opening these creates a GPU channel, address space, debugger or profiler session and can
+# power the GPU up, so they are only checked for presence and permissions, never opened.
+_SESSION_NODE = re.compile(
+    r"/(nvhost-(gpu|as-gpu|tsg-gpu|dbg-gpu|prof-gpu|prof-ctx-gpu|prof-dev-gpu|sched-gpu|nvsched-gpu)"
+    r"|nvgpu/igpu\d+/(channel|as|tsg|dbg|prof|prof-ctx|prof-dev|sched|nvsched|power))$"
+)
+
+
+def check_device_node(host_path: str, shown_as: str) -> str | None:
+    """The problem with one device node, or None when it is there and opens."""
+    try:
+        os.stat(host_path)
+    except FileNotFoundError:
+        return f"device node {shown_as} is missing"
+    except OSError as exc:
+        return f"cannot stat device node {shown_as}: {exc.strerror}"
+    if _SESSION_NODE.search(shown_as):
+        if not os.access(host_path, os.R_OK | os.W_OK):
+            return f"cannot open device node {shown_as}: permission denied (check its mode and owner)"
+        return None
+    try:
+        fd = os.open(host_path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return f"cannot open device node {shown_as}: permission denied (check its mode and owner)"
+        if exc.errno == errno.ENOENT:
+            return f"device node {shown_as} is missing"
+        if exc.errno in (errno.ENXIO, errno.ENODEV):
+            return f"cannot open device node {shown_as}: no device behind it (driver unbound or GPU gone)"
+        if exc.errno in (errno.EBUSY, errno.EAGAIN, errno.EINTR):
+            return None  # the driver answered: the node works, it is just busy
+        return f"cannot open device node {shown_as}: {exc.strerror}"
+    os.close(fd)
+    return None
+
+
+_WATCH_MASK = (
+    inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO
+    | inotify.IN_ATTRIB | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF
+)
+
+
+class TegraHealthMonitor:
+    """HealthMonitor for TegraBackend GPUs (normally one integrated GPU)."""
+
+    def __init__(
+        self,
+        root: str = "/",
+        kmsg_path: str | None = None,
+        recovery_quiet_period_s: float = 60.0,
+        *,
+        recheck_interval_s: float = 5.0,
+        file_poll_interval_s: float = 0.2,
+        env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.root = root
+        self._kmsg_path = kmsg_path if kmsg_path is not None else self._host_path("/dev/kmsg")
+        self._quiet_period_s = recovery_quiet_period_s
+        self._recheck_interval_s = recheck_interval_s
+        self._file_poll_interval_s = file_poll_interval_s  # kmsg stand-ins (files, FIFOs) cannot be selected
+        self._env = env
+        self._clock = clock
+        self._policy = XidPolicy()
+        self._gpus: list[Gpu] = []
+        self._states: dict[str, DeviceState] = {}
+        self._report: Report = lambda gpu_id, health: None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._started = False
+        self._stopped = threading.Event()
+        self._wake_r, self._wake_w = -1, -1
+        # Owned by the thread:
+        self._inotify: inotify.Inotify | None = None
+        self._watches: dict[int, str] = {}  # wd -> watched directory
+        self._relevant: dict[str, set[str]] = {}  # watched directory -> entry names that matter
+        self._kmsg_fd = -1
+        self._kmsg_selectable = False
+        self._kmsg_buffer = b""
+
+    def _host_path(self, path: str) -> str:
+        return os.path.join(self.root, path.lstrip("/"))
+
+    # -- HealthMonitor ------------------------------------------------------------------
+
+    def start(self, gpus: Sequence[Gpu], report: Report) -> None:
+        if self._started:
+            raise RuntimeError("TegraHealthMonitor.start called twice; create a new monitor instead")
+        self._started = True
+        self._policy = xid_policy_from_env(os.environ if self._env is None else self._env)
+        for warning in self._policy.warnings:
+            log.warning("%s", warning)
+        self._gpus = list(gpus)
+        self._states = {gpu.id: DeviceState() for gpu in gpus}
+        self._report = report
+        if not self._policy.checks_enabled:
+            log.info("Tegra health checks disabled by DP_DISABLE_HEALTHCHECKS")
+            return
+        if not gpus:
+            return
+        self._wake_r, self._wake_w = os.pipe()
+        # Open the kernel log now, so lines logged after start() returns are never skipped.
+        self._open_kmsg()
+        self._setup_watches()
+        self._recheck()  # a node missing at start is reported before start returns
+        self._thread = threading.Thread(target=self._run, name="tegra-health", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._wake_w >= 0:
+            os.write(self._wake_w, b"x")
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+        if thread is None or not thread.is_alive():
+            self._close_files()
+
+    def alive(self) -> bool:
+        if not self._started or self._stopped.is_set():
+            return False
+        return self._thread is None or self._thread.is_alive()
+
+    # -- the thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception:
+            log.exception("Tegra health monitor stopped on an unexpected error; GPU health is not watched")
+
+    def _loop(self) -> None:
+        next_recheck = time.monotonic() + self._recheck_interval_s
+        while not self._stopped.is_set():
+            timeout = max(0.0, next_recheck - time.monotonic())
+            readable = [self._wake_r]
+            if self._inotify is not None:
+                readable.append(self._inotify.fileno())
+            if self._kmsg_fd >= 0:
+                if self._kmsg_selectable:
+                    readable.append(self._kmsg_fd)
+                else:
+                    timeout = min(timeout, self._file_poll_interval_s)
+            ready, _, _ = select.select(readable, [], [], timeout)
+            if self._wake_r in ready or self._stopped.is_set():
+                break
+            changed = self._inotify is not None and self._inotify.fileno() in ready and self._nodes_touched()
+            if self._kmsg_fd >= 0 and (not self._kmsg_selectable or self._kmsg_fd in ready):
+                self._read_kmsg()
+            if changed or time.monotonic() >= next_recheck:
+                self._recheck()
+                next_recheck = time.monotonic() + self._recheck_interval_s
+
+    # -- device nodes -------------------------------------------------------------------
+
+    def _node_paths(self) -> list[str]:
+        return sorted({node for gpu in self._gpus for node in gpu.device_nodes})
+
+    def _setup_watches(self) -> None:
+        try:
+            self._inotify = inotify.Inotify()
+        except OSError as exc:
+            log.warning("no inotify (%s): device nodes are re-checked every %.0f s only",
+                        exc, self._recheck_interval_s)
+            return
+        dev = self._host_path("/dev")
+        directories = {dev} | {os.path.dirname(self._host_path(node)) for node in self._node_paths()}
+        self._relevant = {d: set() for d in directories}
+        for node in self._node_paths():
+            host = self._host_path(node)
+            for directory in directories:
+                if host.startswith(directory + os.sep):
+                    self._relevant[directory].add(os.path.relpath(host, directory).split(os.sep, 1)[0])
+        self._add_missing_watches()
+
+    def _add_missing_watches(self) -> None:
+        if self._inotify is None:
+            return
+        watched = set(self._watches.values())
+        for directory in self._relevant:
+            if directory in watched or not os.path.isdir(directory):
+                continue
+            try:
+                self._watches[self._inotify.add_watch(directory, _WATCH_MASK)] = directory
+            except OSError as exc:
+                log.debug("cannot watch %s: %s", directory, exc)
+
+    def _nodes_touched(self) -> bool:
+        """Drain inotify; True when an event concerns one of the GPU's nodes."""
+        assert self._inotify is not None
+        touched = False
+        for event in self._inotify.read_events():
+            if event.mask & inotify.IN_Q_OVERFLOW:
+                touched = True
+                continue
+            directory = self._watches.get(event.wd)
+            if directory is None:
+                continue
+            if event.mask & inotify.IN_IGNORED:
+                del self._watches[event.wd]  # re-added by the next recheck once it exists again
+                touched = True
+            elif event.mask & (inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF):
+                touched = True  # the directory itself went away
+            else:
+                touched = touched or event.name in self._relevant.get(directory, ())
+        return touched
+
+    def _recheck(self) -> None:
+        self._add_missing_watches()
+        for gpu in self._gpus:
+            observation = GOOD
+            if self._policy.other_checks_enabled:
+                for node in gpu.device_nodes:
+                    problem = check_device_node(self._host_path(node), node)
+                    if problem is not None:
+                        observation = bad(problem)
+                        break
+            self._observe(gpu.id, observation)
+
+    # -- kernel log ---------------------------------------------------------------------
+
+    def _open_kmsg(self) -> None:
+        try:
+            fd = os.open(self._kmsg_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            log.warning("cannot read the kernel log %s (%s): nvgpu errors will not mark the GPU Unhealthy; "
+                        "run the plugin as root (CAP_SYSLOG)", self._kmsg_path, exc.strerror)
+            return
+        self._kmsg_fd = fd
+        self._kmsg_selectable = stat.S_ISCHR(os.fstat(fd).st_mode)
+        try:
+            os.lseek(fd, 0, os.SEEK_END)  # skip the backlog: old boot messages are not news
+        except OSError:
+            self._drain_kmsg()  # a FIFO cannot seek: what is queued now is the backlog
+        self._kmsg_buffer = b""
+
+    def _drain_kmsg(self) -> list[bytes]:
+        """Every complete record readable now (one per read on /dev/kmsg, lines elsewhere)."""
+        records: list[bytes] = []
+        while True:
+            try:
+                chunk = os.read(self._kmsg_fd, 8192)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                continue  # /dev/kmsg: records were overwritten before we read them; go on
+            if not chunk:
+                break
+            if self._kmsg_selectable:
+                records.append(chunk)
+                continue
+            self._kmsg_buffer += chunk
+            *lines, self._kmsg_buffer = self._kmsg_buffer.split(b"\n")
+            records.extend(lines)
+        return records
+
+    def _read_kmsg(self) -> None:
+        try:
+            records = self._drain_kmsg()
+        except OSError as exc:
+            log.warning("reading the kernel log %s failed (%s): nvgpu errors are no longer watched",
+                        self._kmsg_path, exc.strerror)
+            os.close(self._kmsg_fd)
+            self._kmsg_fd = -1
+            return
+        for raw in records:
+            observation = kmsg_observation(raw.decode("utf-8", "replace"), self._policy)
+            if observation is not None:
+                for gpu in self._gpus:
+                    self._observe(gpu.id, observation)
+
+    # -- state --------------------------------------------------------------------------
+
+    def _observe(self, gpu_id: str, observation: Observation) -> None:
+        with self._lock:
+            old = self._states[gpu_id]
+            new = next_state(old, observation, self._clock(), self._quiet_period_s)
+            self._states[gpu_id] = new
+        if new.healthy == old.healthy:
+            return
+        if new.healthy:
+            log.info("GPU %s is Healthy again: nodes present and no nvgpu errors for %.0f s",
+                     gpu_id, self._quiet_period_s)
+        else:
+            log.warning("GPU %s is Unhealthy: %s", gpu_id, new.reason)
+        self._report(gpu_id, Health(new.healthy, new.reason))
+
+    def _close_files(self) -> None:
+        if self._inotify is not None:
+            self._inotify.close()
+            self._inotify = None
+        for fd in (self._kmsg_fd, self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._kmsg_fd = self._wake_r = self._wake_w = -1
