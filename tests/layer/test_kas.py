@@ -1,0 +1,143 @@
+"""kas files: valid for kas's own schema, every upstream repo pinned, lock files in step."""
+
+import importlib.resources
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import KAS, REPO
+
+kas_includehandler = pytest.importorskip("kas.includehandler", reason="kas is in the tooling venv")
+jsonschema_validators = pytest.importorskip("jsonschema.validators")
+
+TOP_FILES = ["jetson-nano.yml", "x86-64.yml", "qemu-x86-64.yml"]
+ALL_FILES = sorted(p for p in KAS.rglob("*.yml"))
+
+# The kirkstone set from issue 4 (canonical upstream URLs).
+UPSTREAM = {
+    "bitbake": ("https://git.openembedded.org/bitbake", "2.0"),
+    "openembedded-core": ("https://git.openembedded.org/openembedded-core", "kirkstone"),
+    "meta-yocto": ("https://git.yoctoproject.org/meta-yocto", "kirkstone"),
+    "meta-openembedded": ("https://git.openembedded.org/meta-openembedded", "kirkstone"),
+    "meta-virtualization": ("https://git.yoctoproject.org/meta-virtualization", "kirkstone"),
+    "meta-tegra": ("https://github.com/OE4T/meta-tegra.git", "kirkstone-l4t-r32.7.x"),
+}
+EXPECTED_MACHINE = {
+    "jetson-nano.yml": "jetson-nano-devkit",
+    "x86-64.yml": "genericx86-64",
+    "qemu-x86-64.yml": "qemux86-64",
+}
+EXPECTED_TARGET = {
+    "jetson-nano.yml": "gpu-k8s-image",
+    "x86-64.yml": "gpu-k8s-image",
+    "qemu-x86-64.yml": "gpu-k8s-image-dev",
+}
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def merge(dst: dict, src: dict) -> dict:
+    for key, val in src.items():
+        if isinstance(val, dict) and isinstance(dst.get(key), dict):
+            merge(dst[key], val)
+        else:
+            dst[key] = val
+    return dst
+
+
+def merged(path: Path, with_lock: bool = False) -> dict:
+    """The file with its repo-relative includes merged in kas's order (includes first)."""
+    conf = load(path)
+    out: dict = {}
+    for inc in conf.get("header", {}).get("includes", []):
+        assert isinstance(inc, str), f"{path.name}: only same-repo includes are expected, got {inc}"
+        merge(out, merged(REPO / inc, with_lock))
+    merge(out, conf)
+    lock = path.with_name(path.stem + ".lock.yml")
+    if with_lock and lock.exists():
+        merge(out, load(lock))
+    return out
+
+
+def test_kas_files_exist():
+    names = {p.name for p in KAS.glob("*.yml")}
+    missing = set(TOP_FILES) - names
+    assert not missing, f"kas files missing: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: str(p.relative_to(KAS)))
+def test_kas_file_matches_kas_schema(path):
+    schema = json.loads(importlib.resources.files("kas").joinpath("schema-kas.json").read_text())
+    validator = jsonschema_validators.validator_for(schema)(schema)
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in validator.iter_errors(load(path))
+    ]
+    assert not errors, f"{path.name} violates kas's schema: {errors}"
+    # kas's own loader also checks that header.version is one this kas supports
+    kas_includehandler.ConfigFile.load(str(path))
+
+
+@pytest.mark.parametrize("name", TOP_FILES)
+def test_every_upstream_repo_is_pinned_to_a_commit_on_its_branch(name):
+    repos = merged(KAS / name)["repos"]
+    for repo_name, repo in repos.items():
+        if not repo or "url" not in repo:
+            continue  # this repository (the layer itself)
+        assert repo_name in UPSTREAM, f"{name}: unexpected upstream repo {repo_name}"
+        url, branch = UPSTREAM[repo_name]
+        assert repo["url"] == url, f"{name}: {repo_name} url {repo['url']} is not the canonical {url}"
+        assert str(repo.get("branch")) == branch, f"{name}: {repo_name} branch should be {branch}"
+        assert re.fullmatch(r"[0-9a-f]{40}", str(repo.get("commit", ""))), (
+            f"{name}: {repo_name} is not pinned by a 40-hex commit: {repo.get('commit')!r}"
+        )
+
+
+@pytest.mark.parametrize("name", TOP_FILES)
+def test_lock_file_pins_the_same_commits(name):
+    lock_path = KAS / name.replace(".yml", ".lock.yml")
+    assert lock_path.exists(), f"{lock_path.name} missing: run kas lock (docs/layer.md)"
+    lock = load(lock_path)["overrides"]["repos"]
+    pins = {n: r["commit"] for n, r in merged(KAS / name)["repos"].items() if r and "url" in r}
+    locked = {n: r["commit"] for n, r in lock.items()}
+    assert locked == pins, f"{lock_path.name} disagrees with the pins in {name}: {locked} != {pins}"
+
+
+@pytest.mark.parametrize("name", TOP_FILES)
+def test_machine_target_and_distro_are_explicit(name):
+    conf = merged(KAS / name, with_lock=True)
+    assert conf.get("distro") == "poky", f"{name}: distro must be set (kas >= 5.3 defaults to nodistro)"
+    assert conf.get("machine") == EXPECTED_MACHINE[name]
+    assert conf.get("target") == EXPECTED_TARGET[name]
+
+
+@pytest.mark.parametrize("name", TOP_FILES)
+def test_local_conf_selects_systemd_and_container_features(name):
+    conf = merged(KAS / name)
+    text = "\n".join(conf.get("local_conf_header", {}).values())
+    assert re.search(r'^INIT_MANAGER\s*=\s*"systemd"', text, re.M), f"{name}: INIT_MANAGER systemd"
+    features = re.search(r'^DISTRO_FEATURES:append\s*=\s*"([^"]*)"', text, re.M)
+    assert features, f"{name}: no DISTRO_FEATURES:append in local_conf_header"
+    assert {"virtualization", "seccomp"} <= set(features.group(1).split())
+
+
+def test_meta_tegra_only_in_the_jetson_build():
+    assert "meta-tegra" in merged(KAS / "jetson-nano.yml")["repos"]
+    for name in ("x86-64.yml", "qemu-x86-64.yml"):
+        assert "meta-tegra" not in merged(KAS / name)["repos"], f"{name} must build without meta-tegra"
+
+
+@pytest.mark.parametrize("name", TOP_FILES)
+def test_layers_named_in_kas_exist_in_the_layer_dir(name):
+    own = merged(KAS / name)["repos"]["meta-gpu-k8s"]["layers"]
+    for layer in own:
+        assert (REPO / layer / "conf" / "layer.conf").exists(), f"{name}: {layer}/conf/layer.conf missing"
+
+
+def test_agent_include_selects_the_agent_role():
+    text = "\n".join(load(KAS / "include" / "agent.yml")["local_conf_header"].values())
+    assert re.search(r'^GPU_K8S_K3S_ROLE\s*=\s*"agent"', text, re.M)
