@@ -11,7 +11,7 @@ pytest.importorskip("oelint_adv", reason="oelint-adv is in the tooling venv")
 
 RECIPES = sorted(
     str(p.relative_to(REPO))
-    for pattern in ("*.bb", "*.bbappend", "*.bbclass", "*.inc")
+    for pattern in ("*.bb", "*.bbappend", "*.bbclass", "*.inc", "*.conf")
     for p in LAYER.rglob(pattern)
 )
 

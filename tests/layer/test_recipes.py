@@ -213,12 +213,15 @@ def test_k3s_starts_after_docker_and_after_the_preloaded_images():
 
 
 def test_k3s_role_is_server_by_default_and_agent_selectable():
-    conf = layer_conf_vars()
-    assert conf["GPU_K8S_K3S_ROLE"] == "server"
+    role_class = parse(LAYER / "classes/gpu_k8s_role.bbclass")
+    assert role_class.values("GPU_K8S_K3S_ROLE")[-1].value == "server"
+    assert role_class.values("GPU_K8S_K3S_ROLE")[-1].op == "??=", "local.conf must be able to override it"
     group = parse(LAYER / "recipes-core/packagegroups/packagegroup-gpu-k8s.bb")
     choose = group.value("GPU_K8S_K3S_PACKAGE")
     assert "'k3s-agent' if" in choose and "'k3s-server'" in choose
     assert "${GPU_K8S_K3S_PACKAGE}" in group.words("RDEPENDS", "${PN}")
+    assert "gpu_k8s_role" in group.inherits
+    assert "gpu_k8s_role" in parse(K3S_DIR / "gpu-k8s-k3s-config_1.0.bb").inherits
 
 
 # ---------------------------------------------------------------- packagegroup and images

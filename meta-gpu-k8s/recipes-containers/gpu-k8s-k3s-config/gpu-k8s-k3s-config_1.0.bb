@@ -14,6 +14,8 @@ SRC_URI = "file://config.yaml \
 
 S = "${WORKDIR}"
 
+inherit gpu_k8s_role
+
 # Labels, pause image and disabled components depend on the machine.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 
@@ -59,13 +61,6 @@ do_install() {
     install -m 0644 ${WORKDIR}/20-gpu-k8s.conf ${D}${sysconfdir}/systemd/system/k3s.service.d/
     install -m 0644 ${WORKDIR}/20-gpu-k8s.conf ${D}${sysconfdir}/systemd/system/k3s-agent.service.d/
     install -m 0644 ${WORKDIR}/20-gpu-k8s-agent.conf ${D}${sysconfdir}/systemd/system/k3s-agent.service.d/
-}
-
-# nooelint: oelint.task.noanonpython - a wrong role must stop the parse, not build a wrong image
-python () {
-    role = d.getVar('GPU_K8S_K3S_ROLE')
-    if role not in ('server', 'agent'):
-        bb.fatal('GPU_K8S_K3S_ROLE must be "server" or "agent", got "%s" (set it in local.conf)' % role)
 }
 
 CONFFILES:${PN} = "${sysconfdir}/rancher/k3s/config.yaml"

@@ -8,7 +8,7 @@ LICENSE = "MIT"
 # Contents differ per machine (:tegra, :qemuall), so not allarch.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 
-inherit packagegroup
+inherit packagegroup gpu_k8s_role
 
 GPU_K8S_K3S_PACKAGE = "${@'k3s-agent' if d.getVar('GPU_K8S_K3S_ROLE') == 'agent' else 'k3s-server'}"
 
