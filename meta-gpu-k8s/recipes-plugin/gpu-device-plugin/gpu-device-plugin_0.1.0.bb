@@ -29,13 +29,22 @@ do_install:append() {
 
 CONFFILES:${PN} = "${sysconfdir}/gpu-device-plugin/config.yaml"
 
+# Stdlib packages per oe-core's python3 manifest: concurrent.futures (asyncio), hashlib (crypt),
+# dataclasses (profile), glob (shell), socket (io); nvidia-ml-py is optional and has no recipe.
 RDEPENDS:${PN} = " \
+    python3-asyncio \
     python3-core \
+    python3-crypt \
+    python3-ctypes \
     python3-grpcio \
+    python3-io \
     python3-json \
     python3-logging \
+    python3-math \
+    python3-profile \
     python3-protobuf \
     python3-pyyaml \
+    python3-shell \
     python3-threading \
 "
 
