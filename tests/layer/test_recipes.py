@@ -70,6 +70,10 @@ def test_plugin_recipe_builds_plugin_dir_of_this_repository():
     resolved = (path.parent / extra.replace("${THISDIR}/", "")).resolve()
     assert (resolved / "plugin" / "setup.cfg").exists(), f"FILESEXTRAPATHS {extra} does not reach plugin/"
     assert bb.value("S") == "${WORKDIR}/plugin"
+    # FILESEXTRAPATHS puts the repository root first in the search path: nothing else in
+    # SRC_URI may exist there, or it would shadow the layer's own file.
+    shadowed = [u for u in bb.words("SRC_URI") if u != "file://plugin" and (resolved / u[7:]).exists()]
+    assert not shadowed, f"repository root shadows {shadowed}"
     assert "python_setuptools_build_meta" in bb.inherits
 
 
@@ -111,7 +115,7 @@ def test_plugin_recipe_installs_and_enables_the_unit():
     ids=["genericx86-64", "jetson", "qemu"],
 )
 def test_default_plugin_config_per_machine(override_dir, strategy):
-    conf = yaml.safe_load((PLUGIN_DIR / "files" / override_dir / "config.yaml").read_text())
+    conf = yaml.safe_load((PLUGIN_DIR / "files" / override_dir / "gpu-device-plugin.yaml").read_text())
     assert conf["version"] == "v1"
     flags = conf["flags"]
     assert flags["deviceDiscoveryStrategy"] == strategy

@@ -10,21 +10,22 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=8e8dcf3b0f2979e4dc758da3781c2ba4"
 # nooelint: oelint.vars.fileextrapaths,oelint.vars.outofcontext - the source is outside the layer, not in files/
 FILESEXTRAPATHS:prepend := "${THISDIR}/../../..:"
 SRC_URI = "file://plugin \
-           file://config.yaml \
+           file://gpu-device-plugin.yaml \
 "
 
 S = "${WORKDIR}/plugin"
 
 inherit python_setuptools_build_meta systemd
 
-# The default config.yaml differs per machine (files/tegra, files/qemuall).
+# The default config differs per machine (files/tegra, files/qemuall); its name is unique
+# because FILESEXTRAPATHS above also searches the repository root.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 
 do_install:append() {
     install -d ${D}${systemd_system_unitdir}
     install -m 0644 ${S}/systemd/gpu-device-plugin.service ${D}${systemd_system_unitdir}/
     install -d ${D}${sysconfdir}/gpu-device-plugin
-    install -m 0644 ${WORKDIR}/config.yaml ${D}${sysconfdir}/gpu-device-plugin/config.yaml
+    install -m 0644 ${WORKDIR}/gpu-device-plugin.yaml ${D}${sysconfdir}/gpu-device-plugin/config.yaml
 }
 
 CONFFILES:${PN} = "${sysconfdir}/gpu-device-plugin/config.yaml"
