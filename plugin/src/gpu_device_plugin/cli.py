@@ -1,0 +1,165 @@
+"""`gpu-device-plugin`: serve (default), `discover` (what is here and why), `version`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Sequence
+
+from . import __version__, config, logs, policy
+from .config import ConfigError, Settings
+from .discovery.base import DiscoveryError
+from .discovery.select import choose
+from .health.base import HealthMonitor
+from .model import Gpu
+
+log = logging.getLogger("gpu_device_plugin")
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    config.add_arguments(common)
+    parser = argparse.ArgumentParser(
+        prog="gpu-device-plugin", parents=[common],
+        description="Kubernetes device plugin for NVIDIA GPUs (Jetson/Tegra, NVML, simulated). "
+                    "Without a command it serves nvidia.com/gpu to the kubelet.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("serve", parents=[common], help="serve GPUs to the kubelet (default)")
+    discover = sub.add_parser("discover", parents=[common], help="show which GPUs discovery finds here, and why")
+    discover.add_argument("--json", action="store_true", help="machine-readable output")
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def load_settings(namespace: argparse.Namespace) -> tuple[Settings, tuple[str, ...]]:
+    return config.load(namespace, os.environ, _read)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "version":
+        print(__version__)
+        return 0
+    try:
+        settings, warnings = load_settings(args)
+    except ConfigError as exc:
+        print(f"gpu-device-plugin: {exc}", file=sys.stderr)
+        return 2
+    logs.setup(settings.log_level)
+    for warning in warnings:
+        log.warning("%s", warning)
+    if args.command == "discover":
+        return discover_command(settings, as_json=args.json)
+    return serve(settings, args)
+
+
+def discover_command(settings: Settings, as_json: bool = False) -> int:
+    choice = choose(settings)
+    gpus: list[Gpu] = []
+    error = ""
+    if choice.backend is not None:
+        try:
+            gpus = choice.backend.discover()
+        except DiscoveryError as exc:
+            error = str(exc)
+    advertised = policy.advertised_devices(gpus, settings)
+    if as_json:
+        print(json.dumps({
+            "strategy": settings.device_discovery_strategy,
+            "backend": choice.backend.name if choice.backend else None,
+            "reason": choice.reason,
+            "probes": {name: {"usable": p.usable, "reason": p.reason, "evidence": list(p.evidence)}
+                       for name, p in choice.probes},
+            "error": error or None,
+            "resource": policy.resource_name(settings),
+            "gpus": [{"id": g.id, "index": g.index, "name": g.name, "backend": g.backend,
+                      "device_nodes": list(g.device_nodes), "numa_node": g.numa_node,
+                      "memory_mib": g.memory_mib, "mig_enabled": g.mig_enabled,
+                      "properties": dict(g.properties)} for g in gpus],
+            "advertised": [d.id for d in advertised],
+        }, indent=2))
+        return 0 if gpus else 1
+    print(f"strategy:  {settings.device_discovery_strategy}")
+    for name, probe in choice.probes:
+        print(f"probe {name}: {'usable' if probe.usable else 'not usable'}: {probe.reason}")
+        for line in probe.evidence:
+            print(f"    - {line}")
+    print(f"decision:  {choice.reason}")
+    if error:
+        print(f"error:     {error}")
+    for gpu in gpus:
+        print(f"GPU {gpu.index}: {gpu.name} id={gpu.id} backend={gpu.backend}"
+              + (f" memory={gpu.memory_mib}MiB" if gpu.memory_mib else "")
+              + (f" numa={gpu.numa_node}" if gpu.numa_node is not None else "")
+              + (" MIG-enabled (not handed out whole)" if gpu.mig_enabled else ""))
+        for key, value in sorted(gpu.properties.items()):
+            print(f"    {key}: {value}")
+        print(f"    device nodes: {', '.join(gpu.device_nodes) or '(none)'}")
+    print(f"resource:  {policy.resource_name(settings)} x {len(advertised)}")
+    return 0 if gpus else 1
+
+
+def make_monitor(settings: Settings, backend_name: str) -> HealthMonitor | None:
+    if backend_name == "simulated":
+        if not settings.simulated_health_dir:
+            return None
+        from .health.simulated import SimulatedHealthMonitor
+
+        return SimulatedHealthMonitor(settings.simulated_health_dir)
+    if backend_name == "tegra":
+        from .health.tegra import TegraHealthMonitor
+
+        return TegraHealthMonitor(root=settings.host_root, recovery_quiet_period_s=settings.health_recovery_period)
+    if backend_name == "nvml":
+        from .health.nvml import NvmlHealthMonitor
+
+        return NvmlHealthMonitor(recovery_quiet_period_s=settings.health_recovery_period)
+    return None
+
+
+def serve(settings: Settings, args: argparse.Namespace) -> int:
+    from .daemon import Daemon
+
+    log.info("gpu-device-plugin %s starting (discovery: %s)", __version__, settings.device_discovery_strategy)
+    choice = choose(settings)
+    log.info("discovery: %s", choice.reason)
+    gpus: list[Gpu] = []
+    if choice.backend is None:
+        message = "no GPU on this node"
+    else:
+        try:
+            gpus = choice.backend.discover()
+            message = ""
+        except DiscoveryError as exc:
+            message = str(exc)
+    if message:
+        if settings.fail_on_init_error:
+            log.error("%s; exiting because --fail-on-init-error is true", message)
+            return 1
+        log.warning("%s; running with no devices (set --fail-on-init-error=true to exit instead)", message)
+    for gpu in gpus:
+        log.info("discovered GPU %d: %s (%s) nodes=%s", gpu.index, gpu.name, gpu.id,
+                 ",".join(gpu.device_nodes) or "-")
+    monitor = make_monitor(settings, choice.backend.name) if gpus and choice.backend else None
+
+    def reload() -> Settings:
+        new, warnings = load_settings(args)
+        for warning in warnings:
+            log.warning("%s", warning)
+        return new
+
+    return Daemon(settings, gpus, monitor, reload_settings=reload).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,341 @@
+"""The kubelet session: serve, register, follow kubelet restarts, stop cleanly.
+
+One thread runs this loop; gRPC has its own threads; health monitors report into
+DeviceState. The loop sleeps in select() on inotify (the socket directory and the config
+file), a wake pipe (signals, stop, health) and the next timer (registration retry,
+watchdog); an idle plugin makes no syscalls between watchdog pings.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from . import inotify, policy, sdnotify
+from .config import ConfigError, Settings
+from .health.base import HealthMonitor
+from .model import Gpu, Health
+from .server import PluginServer, RegistrationError, register
+from .servicer import DevicePluginServicer
+from .state import DeviceState
+
+log = logging.getLogger(__name__)
+
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 10.0
+DIR_EVENTS = inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO
+FILE_EVENTS = inotify.IN_CLOSE_WRITE | inotify.IN_MOVED_TO | inotify.IN_CREATE
+
+
+@dataclass
+class Stats:
+    """Counters for /metrics and the tests."""
+
+    registrations: int = 0
+    registration_failures: int = 0
+    kubelet_restarts: int = 0
+    allocations: int = 0
+    health_events: int = 0
+    config_reloads: int = 0
+    config_rejections: int = 0
+    registered: bool = False
+    started_at: float = field(default_factory=time.monotonic)
+    first_registered_at: float | None = None
+
+
+class Daemon:
+    def __init__(
+        self,
+        settings: Settings,
+        gpus: Sequence[Gpu],
+        monitor: HealthMonitor | None = None,
+        reload_settings: Callable[[], Settings] | None = None,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.gpus = list(gpus)
+        self.monitor = monitor
+        self._reload_settings = reload_settings
+        self._environ = dict(os.environ) if environ is None else environ
+        self.stats = Stats()
+        self.state = DeviceState()
+        self.state.on_health_change(self._health_changed)
+        self.resource = policy.resource_name(settings)
+        self.server: PluginServer | None = None
+        self._stop = threading.Event()
+        self._reload_requested = threading.Event()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._retry_at: float | None = None
+        self._retry_delay = RETRY_FIRST_S
+        self._ready_sent = False
+        self._registered_with: tuple[int, int] | None = None  # kubelet.sock we registered through
+        self.registered_event = threading.Event()  # set after each successful registration (tests)
+
+    # ------------------------------------------------------------ control from other threads
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake()
+
+    def request_reload(self) -> None:
+        self._reload_requested.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass
+
+    # ------------------------------------------------------------ paths
+
+    @property
+    def socket_dir(self) -> str:
+        return self.settings.socket_dir
+
+    @property
+    def kubelet_socket(self) -> str:
+        return self.settings.kubelet_socket
+
+    @property
+    def endpoint(self) -> str:
+        return policy.socket_name(self.resource)
+
+    @property
+    def socket_path(self) -> str:
+        return os.path.join(self.socket_dir, self.endpoint)
+
+    # ------------------------------------------------------------ main loop
+
+    def run(self) -> int:
+        in_main = threading.current_thread() is threading.main_thread()
+        if in_main:
+            signal.signal(signal.SIGTERM, lambda *_: self.stop())
+            signal.signal(signal.SIGINT, lambda *_: self.stop())
+            signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
+        os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
+        watcher = inotify.Inotify()
+        selector = selectors.DefaultSelector()
+        try:
+            socket_wd = watcher.add_watch(self.socket_dir, DIR_EVENTS)
+            config_wd = self._watch_config(watcher)
+            selector.register(watcher.fileno(), selectors.EVENT_READ, "inotify")
+            selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+            self.state.set_devices(policy.advertised_devices(self.gpus, self.settings))
+            if self.monitor is not None and self.gpus:
+                self.monitor.start(self.gpus, self._report_health)
+            if self.state.devices():
+                self._serve()
+                self._try_register()
+            else:
+                log.warning("no GPUs to advertise: not registering %s; waiting (stop with SIGTERM)", self.resource)
+            watchdog = sdnotify.watchdog_interval(self._environ)
+            next_ping = time.monotonic()
+            while not self._stop.is_set():
+                now = time.monotonic()
+                deadlines = [t for t in (self._retry_at, next_ping if watchdog else None) if t is not None]
+                timeout = max(0.0, min(deadlines) - now) if deadlines else None
+                for key, _ in selector.select(timeout):
+                    if key.data == "wake":
+                        _drain(self._wake_r)
+                    else:
+                        self._on_inotify(watcher.read_events(), socket_wd, config_wd)
+                if self._reload_requested.is_set():
+                    self._reload_requested.clear()
+                    self._reload()
+                if self._retry_at is not None and time.monotonic() >= self._retry_at and not self._stop.is_set():
+                    self._try_register()
+                if watchdog and time.monotonic() >= next_ping:
+                    if self.alive():
+                        sdnotify.notify("WATCHDOG=1", self._environ)
+                    else:
+                        log.error("self-check failed: not pinging the systemd watchdog so systemd restarts us")
+                    next_ping = time.monotonic() + watchdog
+            log.info("stopping: removing %s", self.socket_path)
+            sdnotify.notify("STOPPING=1", self._environ)
+            return 0
+        finally:
+            if self.server is not None:
+                self.server.stop(remove=True)
+                self.server = None
+            if self.monitor is not None:
+                self.monitor.stop()
+            selector.close()
+            watcher.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _watch_config(self, watcher: inotify.Inotify) -> int | None:
+        path = self.settings.config_file
+        if not path or self._reload_settings is None:
+            return None
+        try:
+            # Watch the directory: editors and ConfigMap updates replace the file rather than write it.
+            return watcher.add_watch(os.path.dirname(os.path.abspath(path)), FILE_EVENTS)
+        except OSError as exc:
+            log.warning("cannot watch %s for changes (%s); reload with SIGHUP", path, exc)
+            return None
+
+    # ------------------------------------------------------------ events
+
+    def _on_inotify(self, events: Sequence[inotify.Event], socket_wd: int, config_wd: int | None) -> None:
+        kubelet_name = os.path.basename(self.kubelet_socket)
+        config_name = os.path.basename(self.settings.config_file) if self.settings.config_file else None
+        for event in events:
+            if event.wd == socket_wd:
+                if event.name == kubelet_name and event.mask & (inotify.IN_CREATE | inotify.IN_MOVED_TO):
+                    self._on_kubelet_started()
+                elif (event.name == self.endpoint and event.mask & (inotify.IN_DELETE | inotify.IN_MOVED_FROM)
+                      and self.server is not None and not self.server.owns_socket()):
+                    self._on_socket_lost()
+            if config_wd is not None and event.wd == config_wd and event.name == config_name:
+                self._reload_requested.set()
+
+    def _on_kubelet_started(self) -> None:
+        if not self.state.devices():
+            return
+        self.stats.kubelet_restarts += 1
+        if self.stats.registered and _identity(self.kubelet_socket) == self._registered_with:
+            return  # our socket's deletion already led us to register with this very kubelet
+        log.info("kubelet socket %s (re)created: registering again", self.kubelet_socket)
+        if self.stats.registered or self.server is None:
+            self._serve()  # the old stream belongs to the old kubelet: close it and start afresh
+        self._retry_delay = RETRY_FIRST_S
+        self._try_register()
+
+    def _on_socket_lost(self) -> None:
+        log.info("our socket %s was removed (kubelet restart?): serving again", self.socket_path)
+        self._serve()
+        self._retry_delay = RETRY_FIRST_S
+        self._try_register()
+
+    # ------------------------------------------------------------ serving and registration
+
+    def _serve(self) -> None:
+        if self.server is not None:
+            self.server.stop(remove=self.server.owns_socket())
+        self._set_registered(False)
+        servicer = DevicePluginServicer(self.state, lambda: self.settings, self._allocated)
+        self.server = PluginServer(self.socket_path, servicer)
+        self.server.start()
+        log.info("serving %s on %s (%d devices)", self.resource, self.socket_path, len(self.state.devices()))
+
+    def _try_register(self) -> None:
+        self._retry_at = None
+        if not os.path.exists(self.kubelet_socket):
+            log.info("waiting for the kubelet: %s does not exist yet", self.kubelet_socket)
+            return  # inotify tells us when it appears
+        started = time.monotonic()
+        kubelet_identity = _identity(self.kubelet_socket)
+        try:
+            register(self.kubelet_socket, self.endpoint, self.resource)
+        except RegistrationError as exc:
+            self.stats.registration_failures += 1
+            self._retry_at = time.monotonic() + self._retry_delay
+            log.warning("registration with %s failed (%s); retrying in %.2fs", self.kubelet_socket, exc,
+                        self._retry_delay)
+            self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
+            return
+        self._retry_delay = RETRY_FIRST_S
+        self._registered_with = kubelet_identity
+        self.stats.registrations += 1
+        self._set_registered(True)
+        log.info("registered %s with the kubelet (%s) in %.0f ms", self.resource, self.endpoint,
+                 (time.monotonic() - started) * 1000)
+        if not self._ready_sent:
+            sdnotify.notify("READY=1", self._environ)
+            self._ready_sent = True
+            self.stats.first_registered_at = time.monotonic()
+        self.registered_event.set()
+
+    def _set_registered(self, value: bool) -> None:
+        self.stats.registered = value
+        if not value:
+            self.registered_event.clear()
+
+    # ------------------------------------------------------------ health, allocation
+
+    def _report_health(self, gpu_id: str, health: Health) -> None:
+        self.state.report_health(gpu_id, health)
+
+    def _health_changed(self, gpu_id: str, health: Health) -> None:
+        self.stats.health_events += 1
+        if health.healthy:
+            log.info("GPU %s is healthy again", gpu_id)
+        else:
+            log.warning("GPU %s is unhealthy: %s", gpu_id, health.reason or "no reason given")
+
+    def _allocated(self, ids: list[str]) -> None:
+        self.stats.allocations += 1
+
+    def alive(self) -> bool:
+        """For the watchdog: the health loop runs and, once registered, our server answers."""
+        if self.monitor is not None and self.gpus and not self.monitor.alive():
+            return False
+        return self.server is None or self.server.owns_socket() or not self.stats.registered
+
+    # ------------------------------------------------------------ configuration reload
+
+    def _reload(self) -> None:
+        if self._reload_settings is None:
+            return
+        try:
+            new = self._reload_settings()
+        except ConfigError as exc:
+            self.stats.config_rejections += 1
+            log.error("configuration change rejected, keeping the last good one: %s", exc)
+            return
+        if new == self.settings:
+            return
+        self.apply_settings(new)
+
+    def apply_settings(self, new: Settings) -> None:
+        """Switch to `new`; keeps the registration when the resource name stays the same."""
+        old_resource = self.resource
+        self.stats.config_reloads += 1
+        needs_rediscovery = (new.device_discovery_strategy, new.simulated_gpus, new.host_root) != (
+            self.settings.device_discovery_strategy, self.settings.simulated_gpus, self.settings.host_root)
+        if needs_rediscovery or new.kubelet_socket != self.settings.kubelet_socket:
+            log.warning("configuration change to discovery or kubelet socket needs a restart; keeping the "
+                        "running values of those and applying the rest")
+            new = _keep_fields(new, self.settings, ("device_discovery_strategy", "simulated_gpus",
+                                                    "host_root", "kubelet_socket", "simulated_health_dir"))
+        self.settings = new
+        self.resource = policy.resource_name(new)
+        self.state.set_devices(policy.advertised_devices(self.gpus, new))
+        log.info("configuration reloaded: %s, %d devices", self.resource, len(self.state.devices()))
+        if self.resource != old_resource and self.state.devices():
+            if self.server is not None:
+                self.server.stop(remove=True)
+                self.server = None
+            self._serve()
+            self._try_register()
+
+
+def _keep_fields(new: Settings, old: Settings, names: Sequence[str]) -> Settings:
+    from dataclasses import replace
+
+    return replace(new, **{n: getattr(old, n) for n in names})
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """Which socket file this is: a re-created kubelet.sock differs in inode or change time."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_ctime_ns)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass

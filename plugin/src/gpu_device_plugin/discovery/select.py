@@ -1,0 +1,49 @@
+"""Pick the discovery backend for a strategy, and say why in one line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import Settings
+from .base import Backend, Probe
+from .simulated import SimulatedBackend
+from .tegra import TegraBackend
+
+
+@dataclass(frozen=True)
+class Choice:
+    backend: Backend | None  # None: no GPU on this machine
+    reason: str
+    probes: tuple[tuple[str, Probe], ...] = ()
+
+
+def _nvml(settings: Settings) -> Backend:
+    from .nvml import NvmlBackend  # lazy: pynvml is optional and absent on Jetson images
+
+    return NvmlBackend(root=settings.host_root)
+
+
+def _is_integrated(probe: Probe) -> bool:
+    return bool(getattr(probe, "integrated", False)) or any("integrated" in e for e in probe.evidence)
+
+
+def choose(settings: Settings) -> Choice:
+    strategy = settings.device_discovery_strategy
+    if strategy == "simulated":
+        backend: Backend = SimulatedBackend(settings.simulated_gpus)
+        return Choice(backend, f"simulated: {backend.probe().reason}")
+    if strategy == "tegra":
+        return Choice(TegraBackend(settings.host_root), "tegra: chosen by --device-discovery-strategy")
+    if strategy == "nvml":
+        return Choice(_nvml(settings), "nvml: chosen by --device-discovery-strategy")
+    # auto: a discrete GPU NVML can see wins; a Jetson (whose NVML, if any, shows an integrated GPU) is tegra.
+    tegra = TegraBackend(settings.host_root)
+    tegra_probe = tegra.probe()
+    nvml = _nvml(settings)
+    nvml_probe = nvml.probe()
+    probes = (("tegra", tegra_probe), ("nvml", nvml_probe))
+    if nvml_probe.usable and not (_is_integrated(nvml_probe) and tegra_probe.usable):
+        return Choice(nvml, f"auto chose nvml: {nvml_probe.reason} (tegra: {tegra_probe.reason})", probes)
+    if tegra_probe.usable:
+        return Choice(tegra, f"auto chose tegra: {tegra_probe.reason} (nvml: {nvml_probe.reason})", probes)
+    return Choice(None, f"no GPU found: tegra: {tegra_probe.reason}; nvml: {nvml_probe.reason}", probes)

@@ -1,0 +1,55 @@
+"""Shared pieces for tests that run the daemon for real on Unix sockets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import replace
+from typing import Iterator
+
+from gpu_device_plugin.config import Settings
+from gpu_device_plugin.daemon import Daemon
+from gpu_device_plugin.discovery.simulated import SimulatedBackend
+from gpu_device_plugin.health.base import HealthMonitor
+
+
+def short_tempdir() -> str:
+    # Unix socket paths are limited to 107 bytes; pytest's tmp_path can be longer.
+    return tempfile.mkdtemp(prefix="gdp-", dir="/tmp")
+
+
+class RunningDaemon:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.result: list[int] = []
+        self.thread = threading.Thread(target=lambda: self.result.append(daemon.run()), daemon=True)
+
+    def __enter__(self) -> Daemon:
+        self.thread.start()
+        return self.daemon
+
+    def __exit__(self, *exc: object) -> None:
+        self.daemon.stop()
+        self.thread.join(5)
+        assert not self.thread.is_alive(), "daemon did not stop within 5 s"
+
+
+def simulated_settings(socket_dir: str, gpus: int = 2, **overrides: object) -> Settings:
+    base = Settings(kubelet_socket=os.path.join(socket_dir, "kubelet.sock"), device_discovery_strategy="simulated",
+                    simulated_gpus=gpus)
+    return replace(base, **overrides)  # type: ignore[arg-type]
+
+
+def run_simulated(socket_dir: str, gpus: int = 2, monitor: HealthMonitor | None = None,
+                  **overrides: object) -> RunningDaemon:
+    settings = simulated_settings(socket_dir, gpus, **overrides)
+    return RunningDaemon(Daemon(settings, SimulatedBackend(gpus).discover(), monitor, environ={}))
+
+
+def cleanup(path: str) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

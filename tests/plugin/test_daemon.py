@@ -1,0 +1,162 @@
+"""The daemon against the kubelet double, over real gRPC on Unix sockets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from typing import Iterator
+
+import grpc
+import pytest
+from gpu_device_plugin.health.simulated import SimulatedHealthMonitor
+from helpers import run_simulated, short_tempdir
+from kubelet_double import KubeletDouble
+
+
+@pytest.fixture()
+def socket_dir() -> Iterator[str]:
+    path = short_tempdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture()
+def kubelet(socket_dir: str) -> Iterator[KubeletDouble]:
+    double = KubeletDouble(socket_dir)
+    double.start()
+    yield double
+    double.stop()
+
+
+def test_registers_resource_and_streams_every_device_healthy(socket_dir: str, kubelet: KubeletDouble) -> None:
+    with run_simulated(socket_dir, gpus=2):
+        endpoint = kubelet.wait_registered()
+        devices = endpoint.wait_for(lambda d: len(d) == 2)
+    assert kubelet.registrations[0][:2] == ("nvidia.com/gpu", "nvidia-gpu.sock")
+    assert devices == {"sim-gpu-0": "Healthy", "sim-gpu-1": "Healthy"}
+    assert endpoint.options.get_preferred_allocation_available is True
+    assert endpoint.options.pre_start_required is False
+
+
+def test_kubelet_restart_wipes_sockets_and_plugin_registers_again(socket_dir: str, kubelet: KubeletDouble) -> None:
+    with run_simulated(socket_dir) as daemon:
+        first = kubelet.wait_registered()
+        first.wait_for(lambda d: len(d) == 2)
+        restarted_at = time.monotonic()
+        kubelet.restart()
+        second = kubelet.wait_registered(count=2, timeout=3)
+        assert second.wait_for(lambda d: len(d) == 2) == {"sim-gpu-0": "Healthy", "sim-gpu-1": "Healthy"}
+        assert first.stream_ended.wait(2), "the stream to the old kubelet was not closed"
+        assert os.path.exists(os.path.join(socket_dir, "nvidia-gpu.sock"))
+        deadline = time.monotonic() + 2
+        while daemon.stats.kubelet_restarts < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert daemon.stats.kubelet_restarts == 1
+        time.sleep(0.2)
+        assert len(kubelet.registrations) == 2, "one kubelet restart must give one re-registration"
+    # generous bound for a loaded CI box; bench/ measures the real figure
+    assert kubelet.registrations[1][2] - restarted_at < 2.0
+
+
+def test_deleted_plugin_socket_is_recreated_and_registered_again(socket_dir: str, kubelet: KubeletDouble) -> None:
+    with run_simulated(socket_dir):
+        kubelet.wait_registered()
+        os.unlink(os.path.join(socket_dir, "nvidia-gpu.sock"))
+        endpoint = kubelet.wait_registered(count=2, timeout=3)
+        assert endpoint.wait_for(lambda d: len(d) == 2)
+        assert os.path.exists(os.path.join(socket_dir, "nvidia-gpu.sock"))
+
+
+def test_waits_for_absent_kubelet_without_retrying_then_registers_when_it_appears(socket_dir: str) -> None:
+    with run_simulated(socket_dir) as daemon:
+        time.sleep(0.5)
+        assert daemon.stats.registration_failures == 0, "plugin polled a kubelet socket that does not exist"
+        assert os.path.exists(os.path.join(socket_dir, "nvidia-gpu.sock")), "plugin should serve before registering"
+        kubelet = KubeletDouble(socket_dir)
+        kubelet.start(cleanup=False)
+        try:
+            endpoint = kubelet.wait_registered(timeout=3)
+            assert len(endpoint.wait_for(lambda d: len(d) == 2)) == 2
+        finally:
+            kubelet.stop()
+
+
+def test_registration_refused_is_retried_with_backoff(socket_dir: str, kubelet: KubeletDouble) -> None:
+    kubelet.reject_with = grpc.StatusCode.UNAVAILABLE
+    with run_simulated(socket_dir) as daemon:
+        deadline = time.monotonic() + 3
+        while daemon.stats.registration_failures < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert daemon.stats.registration_failures >= 2
+        failures = daemon.stats.registration_failures
+        kubelet.reject_with = None
+        kubelet.wait_registered(timeout=5)
+    assert failures < 12, f"{failures} attempts in ~1 s is spinning, not backing off"
+
+
+def test_allocate_rejects_unknown_and_duplicate_ids_naming_them(socket_dir: str, kubelet: KubeletDouble) -> None:
+    with run_simulated(socket_dir):
+        endpoint = kubelet.wait_registered()
+        with pytest.raises(grpc.RpcError) as unknown:
+            endpoint.allocate(["sim-gpu-0", "gpu-nope"])
+        assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "gpu-nope" in unknown.value.details()
+        with pytest.raises(grpc.RpcError) as dupes:
+            endpoint.allocate(["sim-gpu-1", "sim-gpu-1"])
+        assert dupes.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "sim-gpu-1" in dupes.value.details()
+        ok = endpoint.allocate(["sim-gpu-1"], ["sim-gpu-0"])
+    assert [dict(r.envs) for r in ok.container_responses] == [
+        {"NVIDIA_VISIBLE_DEVICES": "sim-gpu-1"}, {"NVIDIA_VISIBLE_DEVICES": "sim-gpu-0"}]
+
+
+def test_allocate_returns_cdi_names_and_device_specs_when_configured(socket_dir: str, kubelet: KubeletDouble) -> None:
+    with run_simulated(socket_dir, device_list_strategy=("envvar", "cdi-cri"), device_id_strategy="index"):
+        endpoint = kubelet.wait_registered()
+        response = endpoint.allocate(["sim-gpu-1"]).container_responses[0]
+    assert dict(response.envs) == {"NVIDIA_VISIBLE_DEVICES": "1"}
+    assert [d.name for d in response.cdi_devices] == ["meta-gpu-k8s.io/gpu=1"]
+
+
+def test_preferred_allocation_honours_must_include_and_size(socket_dir: str, kubelet: KubeletDouble) -> None:
+    with run_simulated(socket_dir, gpus=4):
+        endpoint = kubelet.wait_registered()
+        chosen = endpoint.preferred(["sim-gpu-0", "sim-gpu-1", "sim-gpu-2", "sim-gpu-3"], ["sim-gpu-2"], 2)
+    assert len(chosen) == 2 and "sim-gpu-2" in chosen
+
+
+def test_health_flip_reaches_the_kubelet_and_recovers(socket_dir: str, kubelet: KubeletDouble) -> None:
+    health_dir = os.path.join(socket_dir, "health")
+    monitor = SimulatedHealthMonitor(health_dir)
+    with run_simulated(socket_dir, monitor=monitor, simulated_health_dir=health_dir):
+        endpoint = kubelet.wait_registered()
+        endpoint.wait_for(lambda d: len(d) == 2)
+        with open(os.path.join(health_dir, "sim-gpu-1"), "w") as f:
+            f.write("Unhealthy\n")
+        assert endpoint.wait_for(lambda d: d.get("sim-gpu-1") == "Unhealthy", timeout=1.0)["sim-gpu-0"] == "Healthy"
+        os.unlink(os.path.join(health_dir, "sim-gpu-1"))
+        assert endpoint.wait_for(lambda d: d.get("sim-gpu-1") == "Healthy", timeout=1.0)
+
+
+def test_no_gpus_means_no_registration_but_the_daemon_keeps_running(socket_dir: str, kubelet: KubeletDouble) -> None:
+    from gpu_device_plugin.daemon import Daemon
+    from helpers import RunningDaemon, simulated_settings
+
+    daemon = Daemon(simulated_settings(socket_dir), [], None, environ={})
+    with RunningDaemon(daemon) as running:
+        time.sleep(0.3)
+        assert kubelet.registrations == []
+        assert not os.path.exists(os.path.join(socket_dir, "nvidia-gpu.sock"))
+        kubelet.restart()  # must not make a GPU-less plugin register either
+        time.sleep(0.3)
+        assert kubelet.registrations == []
+        assert running.stats.kubelet_restarts == 0
+
+
+def test_stop_removes_socket_and_returns_zero(socket_dir: str, kubelet: KubeletDouble) -> None:
+    runner = run_simulated(socket_dir)
+    with runner:
+        kubelet.wait_registered()
+    assert runner.result == [0]
+    assert not os.path.exists(os.path.join(socket_dir, "nvidia-gpu.sock"))
