@@ -1,0 +1,123 @@
+"""Settings from flags, environment and the official v1 file; bad values name the field."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from gpu_device_plugin import config
+from gpu_device_plugin.config import ConfigError, TimeSlicing
+
+OFFICIAL_STYLE = """
+version: v1
+flags:
+  migStrategy: none
+  failOnInitError: true
+  plugin:
+    passDeviceSpecs: true
+    deviceListStrategy: [envvar, cdi-cri]
+    deviceIDStrategy: index
+sharing:
+  timeSlicing:
+    renameByDefault: true
+    failRequestsGreaterThanOne: true
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+"""
+
+
+def parse_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def load(argv: tuple[str, ...] = (), env: dict[str, str] | None = None, files: dict[str, str] | None = None):
+    def read(path: str) -> str:
+        if files is None or path not in files:
+            raise FileNotFoundError(2, "No such file or directory")
+        return files[path]
+
+    return config.load(parse_args(*argv), env or {}, read)
+
+
+def test_defaults_match_the_official_plugin_where_names_are_shared() -> None:
+    settings, warnings = load()
+    assert settings.kubelet_socket == "/var/lib/kubelet/device-plugins/kubelet.sock"
+    assert settings.device_discovery_strategy == "auto"
+    assert settings.device_list_strategy == ("envvar",)
+    assert settings.device_id_strategy == "uuid"
+    assert settings.pass_device_specs is False
+    assert settings.fail_on_init_error is False  # ours: keep running on GPU-less nodes
+    assert warnings == ()
+
+
+def test_official_config_file_loads_flags_and_time_slicing() -> None:
+    settings, warnings = load(("--config-file", "/c.yaml"), files={"/c.yaml": OFFICIAL_STYLE})
+    assert settings.fail_on_init_error is True
+    assert settings.pass_device_specs is True
+    assert settings.device_list_strategy == ("envvar", "cdi-cri")
+    assert settings.device_id_strategy == "index"
+    assert settings.time_slicing == TimeSlicing(replicas=4, rename_by_default=True, fail_requests_greater_than_one=True)
+    assert warnings == ()
+
+
+def test_flag_beats_env_beats_file() -> None:
+    files = {"/c.yaml": "version: v1\nflags:\n  deviceDiscoveryStrategy: nvml\n  plugin:\n    deviceIDStrategy: index\n"
+                        "    passDeviceSpecs: true\n"}
+    env = {"DEVICE_DISCOVERY_STRATEGY": "tegra", "PASS_DEVICE_SPECS": "false", "CONFIG_FILE": "/c.yaml"}
+    settings, _ = load(("--device-discovery-strategy", "auto"), env=env, files=files)
+    assert settings.device_discovery_strategy == "auto"  # flag over env over file
+    assert settings.pass_device_specs is False  # env over file
+    assert settings.device_id_strategy == "index"  # file over default
+
+
+def test_unsupported_official_fields_are_named_in_one_warning() -> None:
+    text = "version: v1\nflags:\n  gdsEnabled: true\n  plugin:\n    mpsRoot: /run/mps\nsharing:\n  mps:\n    resources: []\n"
+    _, warnings = load(("--config-file", "/c.yaml"), files={"/c.yaml": text})
+    assert len(warnings) == 1
+    for field in ("flags.gdsEnabled", "flags.plugin.mpsRoot", "sharing.mps"):
+        assert field in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "text", "expected"),
+    [
+        (("--device-discovery-strategy", "cuda"), {}, None, "--device-discovery-strategy must be one of auto, tegra"),
+        ((), {"FAIL_ON_INIT_ERROR": "maybe"}, None, "environment FAIL_ON_INIT_ERROR expected true or false"),
+        (("--simulated-gpus", "0", "--device-discovery-strategy", "simulated"), {}, None,
+         "--simulated-gpus must be 1..64 with the simulated discovery strategy, got 0"),
+        (("--simulated-gpus", "65"), {}, None, "--simulated-gpus must be 0..64, got 65"),
+        (("--kubelet-socket", "kubelet.sock"), {}, None, "--kubelet-socket must be an absolute path"),
+        ((), {}, "version: v2\n", "'version' must be v1"),
+        ((), {}, "version: v1\nflags:\n  plugin:\n    deviceListStrategy: [envvar, magic]\n",
+         "flags.plugin.deviceListStrategy must be one or more of envvar"),
+        ((), {}, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 0\n",
+         "sharing.timeSlicing.resources[0].replicas must be 1..256, got 0"),
+        ((), {}, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: amd.com/gpu\n      replicas: 2\n",
+         "resources[0].name must be nvidia.com/gpu"),
+        ((), {}, "version: v1\nflags: [1, 2\n", "not valid YAML"),
+        (("--metrics-address", "9402"), {}, None, "--metrics-address must be HOST:PORT"),
+    ],
+)
+def test_bad_values_are_rejected_naming_the_flag_or_field(argv, env, text, expected) -> None:
+    files = None
+    if text is not None:
+        argv = (*argv, "--config-file", "/c.yaml")
+        files = {"/c.yaml": text}
+    with pytest.raises(ConfigError) as err:
+        load(argv, env=env, files=files)
+    assert expected in str(err.value)
+
+
+def test_missing_config_file_says_which_and_how_to_fix() -> None:
+    with pytest.raises(ConfigError, match=r"config file /nope.yaml: cannot read it .*fix the path"):
+        load(("--config-file", "/nope.yaml"))
+
+
+def test_durations_accept_units() -> None:
+    settings, _ = load(("--health-recovery-period", "500ms"))
+    assert settings.health_recovery_period == pytest.approx(0.5)
+    settings, _ = load(("--health-recovery-period", "2m"))
+    assert settings.health_recovery_period == 120

@@ -1,0 +1,141 @@
+"""The decisions the kubelet sees, as plain values: advertising, preference, Allocate."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from gpu_device_plugin import policy
+from gpu_device_plugin.config import Settings, TimeSlicing
+from gpu_device_plugin.model import Gpu, Health
+
+
+def gpu(i: int, numa: int | None = None, backend: str = "nvml", mig: bool = False) -> Gpu:
+    nodes = (f"/dev/nvidia{i}", "/dev/nvidiactl", "/dev/nvidia-uvm")
+    return Gpu(id=f"GPU-{i:04d}", index=i, name="Test GPU", backend=backend, device_nodes=nodes, numa_node=numa,
+               mig_enabled=mig)
+
+
+def sliced(replicas: int, **kw: bool) -> Settings:
+    return Settings(time_slicing=TimeSlicing(replicas=replicas, **kw))
+
+
+def by_id(gpus: list[Gpu], settings: Settings) -> dict[str, policy.AdvertisedDevice]:
+    return {d.id: d for d in policy.advertised_devices(gpus, settings)}
+
+
+def test_time_slicing_advertises_replicas_with_official_id_format() -> None:
+    ids = [d.id for d in policy.advertised_devices([gpu(0), gpu(1)], sliced(3))]
+    assert ids == ["GPU-0000::0", "GPU-0000::1", "GPU-0000::2", "GPU-0001::0", "GPU-0001::1", "GPU-0001::2"]
+
+
+def test_mig_enabled_gpus_are_never_advertised_whole() -> None:
+    ids = [d.id for d in policy.advertised_devices([gpu(0, mig=True), gpu(1)], Settings())]
+    assert ids == ["GPU-0001"]
+
+
+def test_rename_by_default_uses_shared_resource_and_socket() -> None:
+    assert policy.resource_name(sliced(2, rename_by_default=True)) == "nvidia.com/gpu.shared"
+    assert policy.resource_name(sliced(1, rename_by_default=True)) == "nvidia.com/gpu"
+    assert policy.socket_name("nvidia.com/gpu") == "nvidia-gpu.sock"
+    assert policy.socket_name("nvidia.com/gpu.shared") == "nvidia-gpu.shared.sock"
+
+
+def test_replicas_follow_their_physical_gpu_health() -> None:
+    devices = policy.advertised_devices([gpu(0), gpu(1)], sliced(2))
+    states = policy.device_states(devices, {"GPU-0001": Health(False, "Xid 79")})
+    assert [(i, h) for i, h, _ in states] == [
+        ("GPU-0000::0", True), ("GPU-0000::1", True), ("GPU-0001::0", False), ("GPU-0001::1", False)]
+
+
+def test_distributed_spreads_a_multi_replica_request_over_distinct_gpus() -> None:
+    devices = by_id([gpu(0), gpu(1), gpu(2)], sliced(4))
+    chosen = policy.preferred_allocation(list(devices), [], 3, devices, "distributed")
+    assert sorted(devices[i].gpu.id for i in chosen) == ["GPU-0000", "GPU-0001", "GPU-0002"]
+
+
+def test_distributed_prefers_the_least_loaded_gpu() -> None:
+    devices = by_id([gpu(0), gpu(1)], sliced(4))
+    available = [i for i in devices if i not in ("GPU-0000::0", "GPU-0000::1")]  # two of GPU 0 in use
+    chosen = policy.preferred_allocation(available, [], 1, devices, "distributed")
+    assert devices[chosen[0]].gpu.id == "GPU-0001"
+
+
+def test_packed_fills_the_busiest_gpu_first() -> None:
+    devices = by_id([gpu(0), gpu(1)], sliced(4))
+    available = [i for i in devices if i != "GPU-0001::0"]  # GPU 1 already has a tenant
+    chosen = policy.preferred_allocation(available, [], 2, devices, "packed")
+    assert {devices[i].gpu.id for i in chosen} == {"GPU-0001"}
+
+
+def test_must_include_is_kept_and_size_is_honoured() -> None:
+    devices = by_id([gpu(i) for i in range(4)], Settings())
+    chosen = policy.preferred_allocation(list(devices), ["GPU-0003"], 2, devices, "distributed")
+    assert chosen[0] == "GPU-0003" and len(chosen) == 2
+
+
+def test_whole_gpus_prefer_the_numa_node_of_must_include() -> None:
+    devices = by_id([gpu(0, numa=0), gpu(1, numa=1), gpu(2, numa=0), gpu(3, numa=1)], Settings())
+    chosen = policy.preferred_allocation(list(devices), ["GPU-0001"], 2, devices, "distributed")
+    assert chosen == ["GPU-0001", "GPU-0003"]
+
+
+def test_preferred_allocation_never_returns_ids_it_was_not_offered() -> None:
+    devices = by_id([gpu(0), gpu(1)], Settings())
+    assert policy.preferred_allocation(["GPU-0001", "GPU-9999"], [], 2, devices) == ["GPU-0001"]
+
+
+def test_allocate_maps_replicas_back_to_distinct_physical_gpus() -> None:
+    devices = by_id([gpu(0), gpu(1)], sliced(4))
+    result = policy.allocate(["GPU-0001::3", "GPU-0001::0", "GPU-0000::2"], devices, sliced(4))
+    assert result.envs == {"NVIDIA_VISIBLE_DEVICES": "GPU-0000,GPU-0001"}
+
+
+def test_fail_requests_greater_than_one_refuses_multi_replica_requests() -> None:
+    settings = sliced(4, fail_requests_greater_than_one=True)
+    devices = by_id([gpu(0)], settings)
+    with pytest.raises(policy.AllocationError, match="failRequestsGreaterThanOne"):
+        policy.allocate(["GPU-0000::0", "GPU-0000::1"], devices, settings)
+    assert policy.allocate(["GPU-0000::1"], devices, settings).envs["NVIDIA_VISIBLE_DEVICES"] == "GPU-0000"
+
+
+def test_device_specs_are_deduplicated_host_nodes() -> None:
+    settings = replace(Settings(), pass_device_specs=True)
+    devices = by_id([gpu(0), gpu(1)], settings)
+    specs = policy.allocate(["GPU-0000", "GPU-0001"], devices, settings).device_specs
+    assert specs == [(p, p, "rw") for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1")]
+
+
+def test_volume_mounts_strategy_hides_ids_from_the_environment() -> None:
+    settings = replace(Settings(), device_list_strategy=("volume-mounts",))
+    devices = by_id([gpu(0)], settings)
+    result = policy.allocate(["GPU-0000"], devices, settings)
+    assert result.envs == {"NVIDIA_VISIBLE_DEVICES": policy.VOLUME_MOUNT_DIR}
+    assert result.mounts == [(f"{policy.VOLUME_MOUNT_DIR}/GPU-0000", "/dev/null", True)]
+
+
+def test_cdi_only_strategies_skip_env_and_specs() -> None:
+    settings = replace(Settings(), device_list_strategy=("cdi-cri", "cdi-annotations"), pass_device_specs=True)
+    devices = by_id([gpu(0)], settings)
+    result = policy.allocate(["GPU-0000"], devices, settings)
+    assert result.envs == {} and result.device_specs == []
+    assert result.cdi_devices == ["meta-gpu-k8s.io/gpu=GPU-0000"]
+    [(key, value)] = result.annotations.items()
+    assert key.startswith("cdi.k8s.io/gpu-device-plugin_") and value == "meta-gpu-k8s.io/gpu=GPU-0000"
+
+
+def test_tegra_gpus_go_to_the_runtime_by_index() -> None:
+    tegra = Gpu(id="tegra-t210-igpu0", index=0, name="Tegra X1 (T210)", backend="tegra")
+    devices = by_id([tegra], Settings())
+    assert policy.allocate(["tegra-t210-igpu0"], devices, Settings()).envs == {"NVIDIA_VISIBLE_DEVICES": "0"}
+
+
+@pytest.mark.parametrize(("ids", "message"), [
+    ([], "names no devices"),
+    (["GPU-0000", "GPU-7777", "GPU-8888"], "unknown device IDs: GPU-7777, GPU-8888"),
+    (["GPU-0000", "GPU-0000"], "more than once: GPU-0000"),
+])
+def test_bad_allocate_requests_name_the_problem(ids: list[str], message: str) -> None:
+    devices = by_id([gpu(0)], Settings())
+    with pytest.raises(policy.AllocationError, match=message):
+        policy.allocate(ids, devices, Settings())
