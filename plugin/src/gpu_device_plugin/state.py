@@ -20,7 +20,7 @@ class DeviceState:
         self._by_id: dict[str, AdvertisedDevice] = {}
         self._health: dict[str, Health] = {}
         self._version = 0
-        self._closed = False
+        self._wakes = 0  # bumped by wake(): a waiter leaves even when the devices did not change
         self._listeners: list[Callable[[str, Health], None]] = []
 
     @property
@@ -68,11 +68,13 @@ class DeviceState:
     def wait_for_change(self, seen_version: int, timeout: float | None = None) -> bool:
         """Block until the version differs from `seen_version` or the state is woken/closed."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._version != seen_version or self._closed, timeout)
+            wakes = self._wakes
+            return self._cond.wait_for(lambda: self._version != seen_version or self._wakes != wakes, timeout)
 
     def wake(self) -> None:
         """Wake all waiters (a stream whose RPC ended re-checks and leaves)."""
         with self._cond:
+            self._wakes += 1
             self._cond.notify_all()
 
     def _bump(self) -> None:

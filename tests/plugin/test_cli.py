@@ -1,0 +1,113 @@
+"""The `gpu-device-plugin` command as a person and systemd run it: a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from helpers import short_tempdir
+from kubelet_double import KubeletDouble
+
+SRC = Path(__file__).resolve().parents[2] / "plugin" / "src"
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
+    full_env = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
+    for name in ("DEVICE_DISCOVERY_STRATEGY", "CONFIG_FILE", "KUBELET_SOCKET", "SIMULATED_GPUS"):
+        if env is None or name not in env:
+            full_env.pop(name, None)
+    return subprocess.Popen([sys.executable, "-m", "gpu_device_plugin", *args], env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.fixture()
+def socket_dir() -> Iterator[str]:
+    path = short_tempdir()
+    yield path
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_sigterm_stops_serving_removes_the_socket_and_exits_zero(socket_dir: str) -> None:
+    kubelet = KubeletDouble(socket_dir)
+    kubelet.start()
+    try:
+        proc = run_cli("--device-discovery-strategy", "simulated", "--simulated-gpus", "2",
+                       "--kubelet-socket", f"{socket_dir}/kubelet.sock")
+        kubelet.wait_registered(timeout=10)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    finally:
+        kubelet.stop()
+    assert proc.returncode == 0, err
+    assert not os.path.exists(f"{socket_dir}/nvidia-gpu.sock")
+    for line in ("discovery: simulated", "serving nvidia.com/gpu", "registered nvidia.com/gpu", "stopping"):
+        assert line in err
+
+
+def test_bad_flag_exits_2_with_the_flag_named_and_creates_nothing(socket_dir: str) -> None:
+    proc = run_cli("--device-discovery-strategy", "simulated", "--simulated-gpus", "0",
+                   "--kubelet-socket", f"{socket_dir}/kubelet.sock")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2
+    assert "--simulated-gpus must be 1..64" in err
+    assert os.listdir(socket_dir) == []
+
+
+def test_bad_config_file_exits_2_naming_the_field(socket_dir: str, tmp_path: Path) -> None:
+    bad = tmp_path / "config.yaml"
+    bad.write_text("version: v1\nflags:\n  deviceDiscoveryStrategy: magic\n")
+    proc = run_cli("--config-file", str(bad), "--kubelet-socket", f"{socket_dir}/kubelet.sock")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2
+    assert "flags.deviceDiscoveryStrategy must be one of auto, tegra, nvml, simulated" in err
+
+
+def test_no_gpu_with_fail_on_init_error_exits_one_with_the_reason(socket_dir: str) -> None:
+    proc = run_cli("--device-discovery-strategy", "tegra", "--host-root", str(FIXTURES / "raspberry-pi-4"),
+                   "--fail-on-init-error", "true", "--kubelet-socket", f"{socket_dir}/kubelet.sock")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 1
+    assert "no Tegra SoC" in err and "--fail-on-init-error is true" in err
+
+
+def test_no_gpu_by_default_keeps_running_and_registers_nothing(socket_dir: str) -> None:
+    proc = run_cli("--device-discovery-strategy", "tegra", "--host-root", str(FIXTURES / "raspberry-pi-4"),
+                   "--kubelet-socket", f"{socket_dir}/kubelet.sock")
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None, "plugin exited on a GPU-less node"
+        assert not os.path.exists(f"{socket_dir}/nvidia-gpu.sock")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert "running with no devices" in err
+
+
+def test_discover_explains_what_it_found_on_a_jetson_nano() -> None:
+    proc = run_cli("discover", "--device-discovery-strategy", "tegra", "--host-root", str(FIXTURES / "jetson-nano"))
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "Tegra X1 (T210) id=tegra-t210-igpu0" in out
+    assert "l4t: R32.7.6" in out and "/dev/nvhost-gpu" in out
+    assert "resource:  nvidia.com/gpu x 1" in out
+
+
+def test_discover_json_on_auto_names_both_probes() -> None:
+    proc = run_cli("discover", "--json", "--host-root", str(FIXTURES / "jetson-nano"))
+    out, err = proc.communicate(timeout=20)
+    report = json.loads(out)
+    assert report["backend"] == "tegra", report
+    assert report["probes"]["tegra"]["usable"] is True
+    assert "nvml" in report["probes"]
+    assert report["advertised"] == ["tegra-t210-igpu0"]
