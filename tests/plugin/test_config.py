@@ -74,7 +74,8 @@ def test_flag_beats_env_beats_file() -> None:
 
 
 def test_unsupported_official_fields_are_named_in_one_warning() -> None:
-    text = "version: v1\nflags:\n  gdsEnabled: true\n  plugin:\n    mpsRoot: /run/mps\nsharing:\n  mps:\n    resources: []\n"
+    text = ("version: v1\nflags:\n  gdsEnabled: true\n  plugin:\n    mpsRoot: /run/mps\n"
+            "sharing:\n  mps:\n    resources: []\n")
     _, warnings = load(("--config-file", "/c.yaml"), files={"/c.yaml": text})
     assert len(warnings) == 1
     for field in ("flags.gdsEnabled", "flags.plugin.mpsRoot", "sharing.mps"):
@@ -93,7 +94,8 @@ def test_unsupported_official_fields_are_named_in_one_warning() -> None:
         ((), {}, "version: v2\n", "'version' must be v1"),
         ((), {}, "version: v1\nflags:\n  plugin:\n    deviceListStrategy: [envvar, magic]\n",
          "flags.plugin.deviceListStrategy must be one or more of envvar"),
-        ((), {}, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 0\n",
+        ((), {}, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+                 "      replicas: 0\n",
          "sharing.timeSlicing.resources[0].replicas must be 1..256, got 0"),
         ((), {}, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: amd.com/gpu\n      replicas: 2\n",
          "resources[0].name must be nvidia.com/gpu"),

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import yaml
 
@@ -200,8 +201,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("cdi_spec_dir", "--cdi-spec-dir", "CDI_SPEC_DIR", ("flags", "plugin", "cdiSpecDir"), _abs_path,
            "where the CDI spec is written when a cdi-* strategy is on", "DIR"),
     Option("simulated_gpus", "--simulated-gpus", "SIMULATED_GPUS", ("flags", "plugin", "simulatedGpus"),
-           _int_range(0, MAX_SIMULATED_GPUS), f"number of fake GPUs for the simulated strategy (1..{MAX_SIMULATED_GPUS})",
-           "N"),
+           _int_range(0, MAX_SIMULATED_GPUS),
+           f"number of fake GPUs for the simulated strategy (1..{MAX_SIMULATED_GPUS})", "N"),
     Option("simulated_health_dir", "--simulated-health-dir", "SIMULATED_HEALTH_DIR",
            ("flags", "plugin", "simulatedHealthDir"), _optional_path,
            "simulated GPUs: a file named <device-id> here holding 'Unhealthy' marks it unhealthy", "DIR"),

@@ -8,14 +8,15 @@ watchdog); an idle plugin makes no syscalls between watchdog pings.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import selectors
 import signal
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from . import inotify, policy, sdnotify
 from .config import ConfigError, Settings
@@ -88,10 +89,8 @@ class Daemon:
         self._wake()
 
     def _wake(self) -> None:
-        try:
+        with contextlib.suppress(BlockingIOError):  # a full pipe already holds a wake-up
             os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass
 
     # ------------------------------------------------------------ paths
 

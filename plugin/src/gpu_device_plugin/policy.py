@@ -6,10 +6,11 @@ behaviour the kubelet sees is tested with plain values.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from .config import DEFAULT_RESOURCE, Settings
 from .model import HEALTHY, Gpu, Health
@@ -71,7 +72,9 @@ def advertised_devices(gpus: Sequence[Gpu], settings: Settings) -> list[Advertis
     return out
 
 
-def device_states(devices: Sequence[AdvertisedDevice], health: Mapping[str, Health]) -> list[tuple[str, bool, int | None]]:
+def device_states(
+    devices: Sequence[AdvertisedDevice], health: Mapping[str, Health]
+) -> list[tuple[str, bool, int | None]]:
     """(id, healthy, numa node) for ListAndWatch; every replica follows its physical GPU's health."""
     return [(d.id, health.get(d.gpu.id, HEALTHY).healthy, d.gpu.numa_node) for d in devices]
 
@@ -102,21 +105,23 @@ def preferred_allocation(
     in_use: Counter[str] = Counter(d.gpu.id for i, d in devices.items() if i not in available_set)
     while len(chosen) < size and candidates:
         picked = Counter(devices[i].gpu.id for i in chosen)
-        numa = {devices[i].gpu.numa_node for i in chosen} - {None}
-
-        def rank(device_id: str) -> tuple:
-            dev = devices[device_id]
-            gid = dev.gpu.id
-            numa_penalty = 0 if not numa or dev.gpu.numa_node in numa else 1
-            load = (in_use[gid] + picked[gid])
-            if policy == "packed":
-                return (numa_penalty, -load, dev.gpu.index, dev.replica or 0)
-            return (picked[gid], numa_penalty, load, dev.gpu.index, dev.replica or 0)
-
+        numa = frozenset({devices[i].gpu.numa_node for i in chosen} - {None})
+        rank = functools.partial(_rank, devices=devices, picked=picked, in_use=in_use, numa=numa, policy=policy)
         best = min(candidates, key=rank)
         chosen.append(best)
         candidates.remove(best)
     return chosen
+
+
+def _rank(device_id: str, devices: Mapping[str, AdvertisedDevice], picked: Counter[str], in_use: Counter[str],
+          numa: frozenset[int | None], policy: str) -> tuple[int, ...]:
+    dev = devices[device_id]
+    gid = dev.gpu.id
+    numa_penalty = 0 if not numa or dev.gpu.numa_node in numa else 1
+    load = in_use[gid] + picked[gid]
+    if policy == "packed":
+        return (numa_penalty, -load, dev.gpu.index, dev.replica or 0)
+    return (picked[gid], numa_penalty, load, dev.gpu.index, dev.replica or 0)
 
 
 # ---------------------------------------------------------------- allocate

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 
@@ -73,7 +74,7 @@ class DevicePluginServicer:
             log.warning("allocation refused: %s", exc)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise  # abort raises; this keeps type checkers honest
-        for creq, alloc in zip(request.container_requests, allocations):
+        for creq, alloc in zip(request.container_requests, allocations, strict=True):
             out = response.container_responses.add()
             out.envs.update(alloc.envs)
             out.annotations.update(alloc.annotations)
