@@ -159,6 +159,7 @@ def flash(
         "checks-timeout": "seconds to wait for units and the node to become ready (default 300)",
         "pod-seconds": "how long the GPU-filling pods sleep (default 20)",
         "log-dir": "where the serial console log goes (default: beside the image)",
+        "no-kvm": "software emulation even when /dev/kvm is there (KVM is used when it is usable)",
     }
 )
 def smoke_test(
@@ -176,6 +177,7 @@ def smoke_test(
     checks_timeout: int = 300,
     pod_seconds: int = 20,
     log_dir: str | None = None,
+    no_kvm: bool = False,
 ) -> None:
     """Boot the QEMU image (or reach a board over SSH) and check it is a working GPU node.
 
@@ -199,6 +201,7 @@ def smoke_test(
         kernel_args=kernel_args,
         log_dir=_optional_path(log_dir),
         checks_timeout_s=checks_timeout,
+        kvm=False if no_kvm else None,
     )
     try:
         smoke_module.run_smoke_test(options)

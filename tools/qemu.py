@@ -32,6 +32,7 @@ class QemuConfig:
     initrd: Path | None = None
     extra_kernel_args: str = ""
     qemu_binary: str = "qemu-system-x86_64"
+    nic_model: str = "virtio-net-pci"  # what the image's kernel has built in
 
 
 def kvm_usable(device: Path = Path("/dev/kvm")) -> bool:
@@ -76,7 +77,7 @@ def qemu_command(config: QemuConfig) -> list[str]:
         "-drive", f"file={config.rootfs},if=virtio,format=raw",
         "-snapshot",
         "-netdev", f"user,id=net0,hostfwd=tcp:127.0.0.1:{config.ssh_port}-:22",
-        "-device", "virtio-net-pci,netdev=net0",
+        "-device", f"{config.nic_model},netdev=net0",
         "-no-reboot",
     ]
     return argv

@@ -369,6 +369,8 @@ class SmokeOptions:
     kernel_args: str = ""
     log_dir: Path | None = None
     checks_timeout_s: float = 300
+    kvm: bool | None = None  # None: use KVM when /dev/kvm is usable
+    nic_model: str = "virtio-net-pci"
 
 
 def find_qemu_image(environ: Mapping[str, str]) -> tuple[Path, Path]:
@@ -453,9 +455,10 @@ def run_smoke_test(
         console_log=log_dir / f"smoke-test-{time.strftime('%Y%m%d-%H%M%S')}.console.log",
         ssh_port=qemu.free_local_port(),
         memory_mib=options.memory_mib,
-        kvm=qemu.kvm_usable(),
+        kvm=qemu.kvm_usable() if options.kvm is None else options.kvm,
         initrd=options.initrd,
         extra_kernel_args=options.kernel_args,
+        nic_model=options.nic_model,
     )
     expected = options.expected_gpus if options.expected_gpus is not None else 2
     console.step(

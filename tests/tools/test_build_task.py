@@ -119,9 +119,7 @@ def test_build_runs_kas_and_lists_artifacts_with_sizes(
     assert "Running task 3 of 3" in log
 
 
-def test_failed_build_names_the_error_log_and_next_step(
-    tmp_path: Path, stand_ins, fit_host, monkeypatch
-) -> None:
+def test_failed_build_names_the_error_log_and_next_step(tmp_path: Path, stand_ins, fit_host, monkeypatch) -> None:
     stand_ins.add(
         "kas",
         "print('NOTE: Running task 7 of 9 (/x/k3s_git.bb:do_compile)')\n"

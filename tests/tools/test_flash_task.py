@@ -75,9 +75,7 @@ def test_unsafe_devices_are_refused_and_nothing_is_written(
     assert device_content(host_tree, name) == before
 
 
-def test_refusal_even_when_the_person_confirms_interactively(
-    host_tree, sd_image, stand_ins, monkeypatch
-) -> None:
+def test_refusal_even_when_the_person_confirms_interactively(host_tree, sd_image, stand_ins, monkeypatch) -> None:
     stand_ins.add("bmaptool", BMAPTOOL)
     monkeypatch.setattr("builtins.input", lambda prompt: "/dev/sdc")
     with pytest.raises(flash.FlashError, match="use --force-device /dev/sdc"):
@@ -104,9 +102,7 @@ def test_force_device_must_name_the_target(host_tree, sd_image, stand_ins) -> No
 def test_force_cannot_make_a_too_small_card_fit(host_tree, sd_image, stand_ins) -> None:
     stand_ins.add("bmaptool", BMAPTOOL)
     with pytest.raises(flash.FlashError, match="smaller than the image"):
-        flash.run_flash(
-            write_options(host_tree, sd_image, "/dev/sdd", force_device="sdd"), euid=0, interactive=False
-        )
+        flash.run_flash(write_options(host_tree, sd_image, "/dev/sdd", force_device="sdd"), euid=0, interactive=False)
     assert device_content(host_tree, "sdd").startswith(b"ORIGINAL")
 
 
@@ -117,9 +113,7 @@ def test_safe_card_needs_confirmation_when_not_interactive(host_tree, sd_image, 
     assert stand_ins.calls("bmaptool") == []
 
 
-def test_typed_confirmation_writes_and_a_wrong_answer_does_not(
-    host_tree, sd_image, stand_ins, monkeypatch
-) -> None:
+def test_typed_confirmation_writes_and_a_wrong_answer_does_not(host_tree, sd_image, stand_ins, monkeypatch) -> None:
     stand_ins.add("bmaptool", BMAPTOOL)
     monkeypatch.setattr("builtins.input", lambda prompt: "yes")
     with pytest.raises(flash.FlashError, match="not confirmed"):
@@ -132,9 +126,7 @@ def test_typed_confirmation_writes_and_a_wrong_answer_does_not(
 
 def test_dry_run_shows_the_write_and_writes_nothing(host_tree, sd_image, stand_ins, capsys) -> None:
     stand_ins.add("bmaptool", BMAPTOOL)
-    flash.run_flash(
-        write_options(host_tree, sd_image, "/dev/sdb", dry_run=True), euid=1000, interactive=False
-    )
+    flash.run_flash(write_options(host_tree, sd_image, "/dev/sdb", dry_run=True), euid=1000, interactive=False)
     out = capsys.readouterr().out
     assert f"would run: sudo bmaptool copy --nobmap {sd_image}" in out
     assert "/dev/sdb: Generic STORAGE DEVICE" in out
@@ -214,18 +206,14 @@ def test_missing_tegraflash_package_says_how_to_build_it(host_tree, tmp_path: Pa
 
 def test_sdcard_method_makes_the_image_and_keeps_it(host_tree, tegraflash_build, stand_ins, tmp_path) -> None:
     kept = tmp_path / "out" / "nano.sdcard"
-    options = flash.FlashOptions(
-        method="sdcard", build_dir=tegraflash_build, output=kept, root=host_tree.root
-    )
+    options = flash.FlashOptions(method="sdcard", build_dir=tegraflash_build, output=kept, root=host_tree.root)
     (line,) = flash.run_flash(options, euid=0, interactive=False)
     assert kept.stat().st_size == 4 * GB
     assert str(kept) in line
     assert len(stand_ins.calls("dosdcard.sh")) == 1
 
 
-def test_sdcard_method_refuses_an_unsafe_device_before_making_the_image(
-    host_tree, tegraflash_build, stand_ins
-) -> None:
+def test_sdcard_method_refuses_an_unsafe_device_before_making_the_image(host_tree, tegraflash_build, stand_ins) -> None:
     stand_ins.add("bmaptool", BMAPTOOL)
     options = flash.FlashOptions(
         method="sdcard", build_dir=tegraflash_build, device="/dev/sda", yes=True, root=host_tree.root
@@ -237,9 +225,7 @@ def test_sdcard_method_refuses_an_unsafe_device_before_making_the_image(
     assert device_content(host_tree, "sda").startswith(b"ORIGINAL")
 
 
-def test_sdcard_method_writes_the_made_image_to_a_safe_card(
-    host_tree, tegraflash_build, stand_ins, tmp_path
-) -> None:
+def test_sdcard_method_writes_the_made_image_to_a_safe_card(host_tree, tegraflash_build, stand_ins, tmp_path) -> None:
     stand_ins.add("bmaptool", BMAPTOOL)
     options = flash.FlashOptions(
         method="sdcard",
@@ -253,9 +239,7 @@ def test_sdcard_method_writes_the_made_image_to_a_safe_card(
     assert device_content(host_tree, "sdb") == b"WRITTEN FROM gpu-k8s-image.sdcard"
 
 
-def test_dry_run_flash_shows_every_command_and_runs_none(
-    host_tree, tegraflash_build, stand_ins, capsys
-) -> None:
+def test_dry_run_flash_shows_every_command_and_runs_none(host_tree, tegraflash_build, stand_ins, capsys) -> None:
     options = flash.FlashOptions(method="full", build_dir=tegraflash_build, dry_run=True, root=host_tree.root)
     flash.run_flash(options, euid=1000, interactive=False)
     out = capsys.readouterr().out
