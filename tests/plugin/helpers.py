@@ -6,8 +6,8 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Iterator
 
 from gpu_device_plugin.config import Settings
 from gpu_device_plugin.daemon import Daemon

@@ -13,8 +13,9 @@ import re
 import stat
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 from gpu_device_plugin.api import pb, rpc
@@ -110,7 +111,7 @@ class KubeletDouble:
         socket_path = os.path.join(self.socket_dir, request.endpoint)
         try:
             endpoint = PluginEndpoint(socket_path, request.resource_name)
-        except Exception as exc:  # noqa: BLE001 - the kubelet reports any dial failure as an error
+        except Exception as exc:
             context.abort(grpc.StatusCode.UNKNOWN, f"failed to dial device plugin: {exc}")
         old = self.endpoints.get(request.resource_name)
         if old is not None:

@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import __version__, config, logs, policy
 from .config import ConfigError, Settings

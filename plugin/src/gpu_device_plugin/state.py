@@ -7,7 +7,7 @@ sleep on a condition until the version moves, so an idle plugin uses no CPU.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .model import HEALTHY, Health
 from .policy import AdvertisedDevice, device_states

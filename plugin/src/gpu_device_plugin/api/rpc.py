@@ -6,7 +6,8 @@ servicer and the clients below are plain Python over them.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 

@@ -7,7 +7,8 @@ recovery). `report` is thread-safe and cheap; a monitor may call it from its own
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from ..model import Gpu, Health
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import selectors
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 from .. import inotify
 from ..model import HEALTHY, Gpu, Health
