@@ -97,9 +97,7 @@ def parse(path: Path) -> BbFile:
         m = _ASSIGN.match(line)
         if m:
             name, *ovr = m.group("name").split(":")
-            bb.assignments.append(
-                Assignment(name, tuple(ovr), m.group("op"), m.group("value"), m.group("flag"))
-            )
+            bb.assignments.append(Assignment(name, tuple(ovr), m.group("op"), m.group("value"), m.group("flag")))
     return bb
 
 

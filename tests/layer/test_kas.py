@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import KAS, REPO
+from layer_paths import KAS, REPO
 
 kas_includehandler = pytest.importorskip("kas.includehandler", reason="kas is in the tooling venv")
 jsonschema_validators = pytest.importorskip("jsonschema.validators")
@@ -74,8 +74,7 @@ def test_kas_file_matches_kas_schema(path):
     schema = json.loads(importlib.resources.files("kas").joinpath("schema-kas.json").read_text())
     validator = jsonschema_validators.validator_for(schema)(schema)
     errors = [
-        f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
-        for e in validator.iter_errors(load(path))
+        f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in validator.iter_errors(load(path))
     ]
     assert not errors, f"{path.name} violates kas's schema: {errors}"
     # kas's own loader also checks that header.version is one this kas supports

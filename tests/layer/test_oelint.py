@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import LAYER, REPO
+from layer_paths import LAYER, REPO
 
 pytest.importorskip("oelint_adv", reason="oelint-adv is in the tooling venv")
 

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 from bbfile import parse, parse_with_requires
-from conftest import LAYER, REPO
+from layer_paths import LAYER, REPO
 
 PLUGIN_DIR = LAYER / "recipes-plugin/gpu-device-plugin"
 K3S_DIR = LAYER / "recipes-containers/gpu-k8s-k3s-config"
