@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from . import inotify, policy, sdnotify
+from . import __version__, inotify, policy, sdnotify
 from .config import ConfigError, Settings
 from .health.base import HealthMonitor
 from .model import Gpu, Health
+from .observability import Status, StatusServer
 from .server import PluginServer, RegistrationError, register
 from .servicer import DevicePluginServicer
 from .state import DeviceState
@@ -76,6 +77,7 @@ class Daemon:
         self._retry_delay = RETRY_FIRST_S
         self._ready_sent = False
         self._registered_with: tuple[int, int] | None = None  # kubelet.sock we registered through
+        self.status_port: int | None = None  # bound port of the /metrics listener (0 in tests picks one)
         self.registered_event = threading.Event()  # set after each successful registration (tests)
 
     # ------------------------------------------------------------ control from other threads
@@ -121,7 +123,12 @@ class Daemon:
         os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
         watcher = inotify.Inotify()
         selector = selectors.DefaultSelector()
+        status_server = None
         try:
+            if self.settings.metrics_address:
+                status_server = StatusServer(self.settings.metrics_address, self.status)
+                status_server.start()
+                self.status_port = status_server.port
             socket_wd = watcher.add_watch(self.socket_dir, DIR_EVENTS)
             config_wd = self._watch_config(watcher)
             selector.register(watcher.fileno(), selectors.EVENT_READ, "inotify")
@@ -160,6 +167,8 @@ class Daemon:
             sdnotify.notify("STOPPING=1", self._environ)
             return 0
         finally:
+            if status_server is not None:
+                status_server.stop()
             if self.server is not None:
                 self.server.stop(remove=True)
                 self.server = None
@@ -272,6 +281,21 @@ class Daemon:
 
     def _allocated(self, ids: list[str]) -> None:
         self.stats.allocations += 1
+
+    def status(self) -> Status:
+        states = self.state.snapshot()[1]
+        healthy = sum(1 for _, ok, _ in states if ok)
+        stats = self.stats
+        return Status(
+            version=__version__, backend=self.gpus[0].backend if self.gpus else "none", resource=self.resource,
+            healthy_devices=healthy, unhealthy_devices=len(states) - healthy, registered=stats.registered,
+            streams=self.server.servicer.streams if self.server is not None else 0,
+            monitor_alive=self.monitor is None or not self.gpus or self.monitor.alive(),
+            registrations=stats.registrations, registration_failures=stats.registration_failures,
+            kubelet_restarts=stats.kubelet_restarts, allocations=stats.allocations,
+            health_events=stats.health_events, config_reloads=stats.config_reloads,
+            config_rejections=stats.config_rejections,
+        )
 
     def alive(self) -> bool:
         """For the watchdog: the health loop runs and, once registered, our server answers."""

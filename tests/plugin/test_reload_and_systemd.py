@@ -1,0 +1,122 @@
+"""Config file changes applied live (or rejected, keeping the last good one); systemd notify."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from gpu_device_plugin import config
+from gpu_device_plugin.daemon import Daemon
+from gpu_device_plugin.discovery.simulated import SimulatedBackend
+from helpers import RunningDaemon, short_tempdir
+from kubelet_double import KubeletDouble
+
+SLICED = """version: v1
+flags:
+  deviceDiscoveryStrategy: simulated
+  plugin:
+    simulatedGpus: 2
+    kubeletSocket: {socket}
+sharing:
+  timeSlicing:
+    renameByDefault: {rename}
+    resources:
+    - name: nvidia.com/gpu
+      replicas: {replicas}
+"""
+
+
+@pytest.fixture()
+def socket_dir() -> Iterator[str]:
+    path = short_tempdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def write_config(path: Path, socket_dir: str, replicas: int, rename: str = "false") -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(SLICED.format(socket=f"{socket_dir}/kubelet.sock", replicas=replicas, rename=rename))
+    os.replace(tmp, path)  # how editors and ConfigMap updates land
+
+
+def daemon_from_file(path: Path) -> Daemon:
+    namespace = argparse.Namespace(config_file=str(path), **{o.attr: None for o in config.OPTIONS})
+
+    def reload() -> config.Settings:
+        return config.load(namespace, {}, lambda p: Path(p).read_text())[0]
+
+    settings = reload()
+    return Daemon(settings, SimulatedBackend(2).discover(), None, reload_settings=reload, environ={})
+
+
+def test_valid_change_is_applied_without_dropping_registration(socket_dir: str) -> None:
+    path = Path(socket_dir) / "config.yaml"
+    write_config(path, socket_dir, replicas=2)
+    kubelet = KubeletDouble(socket_dir)
+    kubelet.start()
+    try:
+        with RunningDaemon(daemon_from_file(path)) as daemon:
+            endpoint = kubelet.wait_registered()
+            endpoint.wait_for(lambda d: len(d) == 4)
+            write_config(path, socket_dir, replicas=3)
+            devices = endpoint.wait_for(lambda d: len(d) == 6, timeout=2)
+            assert "sim-gpu-1::2" in devices
+            assert len(kubelet.registrations) == 1, "an unchanged resource must keep its registration"
+            path.write_text("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+                            "      replicas: -1\n")
+            deadline = time.monotonic() + 2
+            while daemon.stats.config_rejections == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert daemon.stats.config_rejections == 1
+            assert daemon.settings.time_slicing.replicas == 3, "last good configuration must stay in force"
+            assert len(endpoint.devices()) == 6
+    finally:
+        kubelet.stop()
+
+
+def test_renamed_resource_registers_under_its_new_name(socket_dir: str) -> None:
+    path = Path(socket_dir) / "config.yaml"
+    write_config(path, socket_dir, replicas=2)
+    kubelet = KubeletDouble(socket_dir)
+    kubelet.start()
+    try:
+        with RunningDaemon(daemon_from_file(path)):
+            kubelet.wait_registered()
+            write_config(path, socket_dir, replicas=2, rename="true")
+            shared = kubelet.wait_registered("nvidia.com/gpu.shared", timeout=3)
+            assert len(shared.wait_for(lambda d: len(d) == 4)) == 4
+            assert os.path.exists(f"{socket_dir}/nvidia-gpu.shared.sock")
+            assert not os.path.exists(f"{socket_dir}/nvidia-gpu.sock")
+    finally:
+        kubelet.stop()
+
+
+def test_ready_after_registration_and_watchdog_pings(socket_dir: str) -> None:
+    os.makedirs(f"{socket_dir}/systemd")  # the kubelet wipes sockets in its own directory
+    notify_path = f"{socket_dir}/systemd/notify"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(notify_path)
+    sink.settimeout(3)
+    environ = {"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "200000", "WATCHDOG_PID": str(os.getpid())}
+    settings = config.Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="simulated",
+                               simulated_gpus=1)
+    daemon = Daemon(settings, SimulatedBackend(1).discover(), None, environ=environ)
+    kubelet = KubeletDouble(socket_dir)
+    try:
+        with RunningDaemon(daemon):
+            first = sink.recv(64).decode()
+            assert first == "WATCHDOG=1", "the watchdog is fed while waiting for the kubelet"
+            kubelet.start()
+            kubelet.wait_registered()
+            messages = [sink.recv(64).decode() for _ in range(4)]
+            assert "READY=1" in messages
+            assert messages.count("WATCHDOG=1") >= 2
+    finally:
+        kubelet.stop()
+        sink.close()
