@@ -61,8 +61,8 @@ def main() -> None:
     parser.add_argument("--allocations", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5, help="repeats for start/restart/health figures")
     args = parser.parse_args()
-    import grpc
     import google.protobuf
+    import grpc
 
     print(f"python {sys.version.split()[0]}, grpcio {grpc.__version__}, protobuf {google.protobuf.__version__}")
     socket_dir = tempfile.mkdtemp(prefix="gdp-bench-", dir="/tmp")

@@ -96,7 +96,7 @@ class StatusServer:
         status = self._status
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/healthz":
                     code, body = health_status(status())
