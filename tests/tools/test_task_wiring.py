@@ -1,0 +1,92 @@
+"""tasks.py wiring, lint's kas schema check, venv bookkeeping and the suite's verdicts."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from invoke import Collection
+
+import tasks
+from tools import lint, suite, venvs
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def all_tasks() -> dict:
+    collection = Collection.from_module(tasks)
+    return {name: collection[name] for name in collection.task_names}
+
+
+def test_every_task_has_a_docstring_and_every_argument_has_help() -> None:
+    found = all_tasks()
+    assert set(found) == {"build", "flash", "smoke-test", "lint", "test"}
+    for name, task in found.items():
+        assert task.body.__doc__ and task.body.__doc__.strip(), f"{name} has no docstring"
+        parameters = [p for p in inspect.signature(task.body).parameters if p != "c"]
+        documented = {key.replace("-", "_") for key in task.help}
+        missing = [p for p in parameters if p not in documented]
+        assert not missing, f"{name}: arguments without help text: {missing}"
+
+
+def test_invoke_help_shows_the_docstring_and_options() -> None:
+    output = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "--help", "flash"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "Flash a Jetson Nano in USB recovery mode" in output
+    assert "--force-device" in output and "--dry-run" in output
+
+
+def test_kas_schema_check_reports_the_bad_key(tmp_path: Path) -> None:
+    good = tmp_path / "good.yml"
+    good.write_text("header:\n  version: 14\nmachine: qemux86-64\ndistro: poky\ntarget: core-image-minimal\n")
+    bad = tmp_path / "bad.yml"
+    bad.write_text("header:\n  version: 14\nmachine: 42\nrepos:\n  poky:\n    layerz: {}\n")
+    assert lint.kas_schema_errors(good) == []
+    errors = lint.kas_schema_errors(bad)
+    assert any(error.startswith("machine:") for error in errors), errors
+    assert any("layerz" in error for error in errors), errors
+
+
+def test_lint_skips_missing_layer_and_kas_dirs_with_a_note(tmp_path: Path) -> None:
+    assert lint.run_oelint(tmp_path).status == "skipped"
+    result = lint.run_kas_schema(tmp_path)
+    assert result.status == "skipped" and "kas/" in result.detail
+
+
+def test_pytest_collecting_nothing_is_reported_not_hidden() -> None:
+    assert suite.pytest_status(0) == ("pass", "")
+    assert suite.pytest_status(5)[0] == "NO TESTS"
+    assert suite.pytest_status(1)[0] == "FAIL"
+
+
+def test_missing_interpreter_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(venvs, "interpreter_candidates", lambda version: ["/nonexistent/python3.99"])
+    with pytest.raises(venvs.MissingInterpreter, match=r"Python 3.99 not found.*pyenv install 3.99"):
+        venvs.find_interpreter("3.99")
+
+
+def test_interpreter_is_asked_for_its_version_not_trusted_by_name(tmp_path: Path) -> None:
+    liar = tmp_path / "python3.10"
+    liar.write_text("#!/bin/sh\necho 'pyenv: python3.10: command not found' >&2\nexit 127\n")
+    liar.chmod(0o755)
+    assert venvs.interpreter_version(str(liar)) is None
+    assert venvs.interpreter_version(sys.executable) == sys.version_info[:2]
+
+
+def test_venv_goes_stale_when_its_requirements_change(tmp_path: Path) -> None:
+    requirements = tmp_path / "req.txt"
+    requirements.write_text("grpcio==1.45.0\n")
+    spec = venvs.VenvSpec(tmp_path / "venv", "3.10", [requirements], ("pytest",))
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").write_text("")
+    spec.stamp.write_text(spec.fingerprint())
+    assert venvs.is_current(spec)
+    requirements.write_text("grpcio==1.46.0\n")
+    assert not venvs.is_current(spec)
