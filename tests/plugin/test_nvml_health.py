@@ -168,7 +168,7 @@ class Reports:
             return [(gpu_id, health.healthy) for gpu_id, health in self.calls]
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 2.0, what: str = "condition") -> None:
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -206,13 +206,12 @@ def running() -> Iterator[Callable[..., tuple[NvmlHealthMonitor, Reports, list[G
         monitor.stop()
 
 
-def test_critical_xid_marks_that_gpu_unhealthy_within_one_event_wait(running) -> None:
+def test_critical_xid_marks_that_gpu_unhealthy_without_waiting_for_a_poll(running, clock: FakeClock) -> None:
     nvml = FakeNvml(make_gpus(2))
-    monitor, reports, gpus = running(nvml, wait_timeout_ms=500)
-    started = time.monotonic()
+    # The fake clock stands still: after the first poll no other runs, only the event can tell.
+    monitor, reports, gpus = running(nvml, clock=clock, wait_timeout_ms=500)
     nvml.emit_xid(gpus[1].id, 79)
-    wait_for(lambda: reports.calls, timeout=1.0, what="an Unhealthy report")
-    assert time.monotonic() - started < 1.0
+    wait_for(lambda: reports.calls, what="an Unhealthy report")
     ((gpu_id, health),) = reports.calls
     assert (gpu_id, health.healthy) == (gpus[1].id, False)
     assert "Xid 79" in health.reason
@@ -392,7 +391,7 @@ def test_stop_returns_within_about_one_event_wait(running) -> None:
     wait_loops(nvml, 1)
     started = time.monotonic()
     monitor.stop()
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 2.0, "stop did not return after the current event wait"
 
 
 def test_alive_is_false_when_the_thread_died(running) -> None:

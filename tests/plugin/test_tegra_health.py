@@ -175,24 +175,26 @@ def test_busy_node_counts_as_working(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert check_device_node(str(tmp_path / "ctrl"), "/dev/nvgpu/igpu0/ctrl") is None
 
 
-def test_nodes_that_create_gpu_sessions_are_never_opened(
+def test_only_control_nodes_are_opened_session_and_engine_nodes_are_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     opened: list[str] = []
     real_open = os.open
 
     def recording_open(path: str, flags: int, *args: int) -> int:
-        opened.append(path)
+        opened.append(os.path.basename(path))
         return real_open(path, flags, *args)
 
     monkeypatch.setattr(tegra.os, "open", recording_open)
-    for name in ("nvhost-gpu", "nvhost-as-gpu", "nvhost-dbg-gpu", "nvhost-ctrl-gpu", "channel", "ctrl"):
-        (tmp_path / name).write_text("")
-    for shown in ("/dev/nvhost-gpu", "/dev/nvhost-as-gpu", "/dev/nvhost-dbg-gpu", "/dev/nvhost-ctrl-gpu"):
-        assert check_device_node(str(tmp_path / shown.rsplit("/", 1)[1]), shown) is None
-    assert check_device_node(str(tmp_path / "channel"), "/dev/nvgpu/igpu0/channel") is None
-    assert check_device_node(str(tmp_path / "ctrl"), "/dev/nvgpu/igpu0/ctrl") is None
-    assert sorted(os.path.basename(p) for p in opened) == ["ctrl", "nvhost-ctrl-gpu"]
+    shown = ("/dev/nvhost-gpu", "/dev/nvhost-as-gpu", "/dev/nvhost-dbg-gpu", "/dev/nvhost-vic",
+             "/dev/nvhost-ctrl-gpu", "/dev/nvhost-ctrl", "/dev/nvmap",
+             "/dev/nvgpu/igpu0/channel", "/dev/nvgpu/igpu0/ctrl")
+    for node in shown:
+        host = tmp_path / node.lstrip("/")
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_text("")
+        assert check_device_node(str(host), node) is None
+    assert sorted(opened) == ["ctrl", "nvhost-ctrl", "nvhost-ctrl-gpu", "nvmap"]
 
 
 # -- the monitor thread -----------------------------------------------------------------------
@@ -214,7 +216,7 @@ class Reports:
             return [health.healthy for _, health in self.calls]
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 2.0, what: str = "condition") -> float:
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> float:
     """Wait until `condition()`; returns the seconds it took."""
     started = time.monotonic()
     while not condition():
@@ -265,14 +267,13 @@ def _append(path: Path, *lines: str) -> None:
         f.write("".join(line + "\n" for line in lines))
 
 
-def test_deleted_device_node_marks_unhealthy_within_a_second(start_monitor, board: Path) -> None:
-    _, reports = start_monitor()
+def test_deleted_device_node_marks_unhealthy_at_once_not_at_the_next_recheck(start_monitor, board: Path) -> None:
+    _, reports = start_monitor(recheck_interval_s=30.0)  # only inotify can be this quick
     (board / "dev/nvmap").unlink()
-    took = wait_for(lambda: reports.calls, timeout=1.0, what="the Unhealthy report")
+    wait_for(lambda: reports.calls, what="the Unhealthy report")
     ((gpu_id, health),) = reports.calls
     assert (gpu_id, health.healthy) == ("tegra-gm20b-0", False)
     assert "/dev/nvmap is missing" in health.reason
-    assert took < 1.0
 
 
 def test_recreated_node_recovers_after_the_quiet_period(start_monitor, board: Path) -> None:
@@ -299,7 +300,7 @@ def test_removed_gpu_directory_marks_unhealthy_and_recovers_once_it_is_back(
 ) -> None:
     _, reports = start_monitor(recheck_interval_s=0.05)
     shutil.rmtree(board / "dev/nvgpu")
-    wait_for(lambda: reports.calls, timeout=1.0, what="the Unhealthy report")
+    wait_for(lambda: reports.calls, what="the Unhealthy report")
     (board / "dev/nvgpu/igpu0").mkdir(parents=True)
     (board / "dev/nvgpu/igpu0/ctrl").write_text("")
     wait_for(lambda: len(reports.calls) == 2, what="the Healthy report")
@@ -315,7 +316,7 @@ def test_without_inotify_the_periodic_recheck_still_finds_a_missing_node(
     monkeypatch.setattr(tegra.inotify, "Inotify", no_inotify)
     _, reports = start_monitor(recheck_interval_s=0.1)
     (board / "dev/nvmap").unlink()
-    wait_for(lambda: reports.calls, timeout=1.0, what="the periodic recheck to notice")
+    wait_for(lambda: reports.calls, what="the periodic recheck to notice")
     assert "/dev/nvmap is missing" in reports.calls[0][1].reason
 
 
@@ -323,7 +324,7 @@ def test_kmsg_error_line_marks_unhealthy_and_the_gpu_recovers(start_monitor, boa
     kmsg = board.parent / "kmsg"
     _, reports = start_monitor(recheck_interval_s=0.05)
     _append(kmsg, nvgpu("gk20a_channel_timeout_handler", "Job on channel 507 timed out"))
-    wait_for(lambda: reports.calls, timeout=1.0, what="the Unhealthy report")
+    wait_for(lambda: reports.calls, what="the Unhealthy report")
     assert "channel watchdog timeout" in reports.calls[0][1].reason
     wait_for(lambda: len(reports.calls) == 2, what="the Healthy report after the quiet period")
 
@@ -337,7 +338,7 @@ def test_kmsg_noise_lines_change_nothing(start_monitor, board: Path) -> None:
             nvgpu("gk20a_fifo_handle_sched_error", "fifo is waiting for ctx switch", tag="WRN", prio=4))
     # A later error line proves the noise lines above were read and judged before it.
     _append(kmsg, nvgpu("gk20a_pmu_isr", "pmu halt intr not implemented"))
-    wait_for(lambda: reports.calls, timeout=1.0, what="the report for the PMU halt")
+    wait_for(lambda: reports.calls, what="the report for the PMU halt")
     assert len(reports.calls) == 1 and "PMU" in reports.calls[0][1].reason
 
 
@@ -346,7 +347,7 @@ def test_kmsg_backlog_from_before_start_is_skipped(start_monitor, board: Path) -
     _append(kmsg, nvgpu("gk20a_pmu_isr", "pmu halt intr not implemented"))  # an old boot message
     _, reports = start_monitor()
     _append(kmsg, nvgpu("gk20a_channel_timeout_handler", "Job on channel 9 timed out"))
-    wait_for(lambda: reports.calls, timeout=1.0, what="the report for the new line")
+    wait_for(lambda: reports.calls, what="the report for the new line")
     assert len(reports.calls) == 1 and "channel watchdog" in reports.calls[0][1].reason
 
 
@@ -360,7 +361,7 @@ def test_line_written_in_two_pieces_is_judged_once_complete(start_monitor, board
     assert reports.calls == []
     with open(kmsg, "a") as f:
         f.write(line[30:] + "\n")
-    wait_for(lambda: reports.calls, timeout=1.0, what="the report once the line is complete")
+    wait_for(lambda: reports.calls, what="the report once the line is complete")
 
 
 def test_kmsg_from_a_fifo_skips_what_was_queued_and_reads_new_lines(start_monitor, board: Path) -> None:
@@ -376,7 +377,7 @@ def test_kmsg_from_a_fifo_skips_what_was_queued_and_reads_new_lines(start_monito
         assert reports.calls == [], "the queued line counted as news"
         line = nvgpu("gk20a_channel_timeout_handler", "Job on channel 7 timed out")
         os.write(writer, (line + "\n").encode())
-        wait_for(lambda: reports.calls, timeout=1.0, what="the report for the FIFO line")
+        wait_for(lambda: reports.calls, what="the report for the FIFO line")
         assert "channel watchdog" in reports.calls[0][1].reason
     finally:
         os.close(writer)
@@ -401,7 +402,7 @@ def test_unreadable_kmsg_leaves_node_checks_running(start_monitor, board: Path) 
     monitor, reports = start_monitor(kmsg=board.parent / "no-such-kmsg")
     assert monitor.alive()
     (board / "dev/nvmap").unlink()
-    wait_for(lambda: reports.calls, timeout=1.0, what="the node check")
+    wait_for(lambda: reports.calls, what="the node check")
 
 
 def test_health_checks_disabled_by_env_report_nothing(start_monitor, board: Path) -> None:
@@ -419,7 +420,7 @@ def test_stop_ends_the_thread_promptly_and_alive_turns_false(start_monitor) -> N
     started = time.monotonic()
     monitor.stop()
     monitor.stop()  # idempotent
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 2.0, "stop waited for the 30 s recheck"
     assert not monitor.alive()
     assert not any(t.name == "tegra-health" and t.is_alive() for t in threading.enumerate())
 

@@ -139,23 +139,23 @@ def kmsg_observation(raw: str, policy: XidPolicy) -> Observation | None:
 # ---------------------------------------------------------------------------------------
 # Device nodes (thin I/O)
 
-# Opening these creates a GPU channel, address space, debugger or profiler session and can
-# power the GPU up, so they are only checked for presence and permissions, never opened.
-_SESSION_NODE = re.compile(
-    r"/(nvhost-(gpu|as-gpu|tsg-gpu|dbg-gpu|prof-gpu|prof-ctx-gpu|prof-dev-gpu|sched-gpu|nvsched-gpu)"
-    r"|nvgpu/igpu\d+/(channel|as|tsg|dbg|prof|prof-ctx|prof-dev|sched|nvsched|power))$"
-)
+# Opening a Jetson device node is not always harmless: the channel, address-space, TSG,
+# debugger and profiler nodes (and the other engines' nvhost-* nodes) create a session and
+# can power the engine up. Only the control nodes, whose open is cheap, are opened; the
+# others are checked for presence and permissions.
+_OPENABLE_NODE = re.compile(r"/(nvhost-ctrl|nvhost-ctrl-gpu|nvmap|nvgpu/igpu\d+/ctrl)$")
 
 
 def check_device_node(host_path: str, shown_as: str) -> str | None:
-    """The problem with one device node, or None when it is there and opens."""
+    """The problem with one device node (`shown_as`: its path on the host), or None when it is
+    there and, for control nodes, opens."""
     try:
         os.stat(host_path)
     except FileNotFoundError:
         return f"device node {shown_as} is missing"
     except OSError as exc:
         return f"cannot stat device node {shown_as}: {exc.strerror}"
-    if _SESSION_NODE.search(shown_as):
+    if not _OPENABLE_NODE.search(shown_as):
         if not os.access(host_path, os.R_OK | os.W_OK):
             return f"cannot open device node {shown_as}: permission denied (check its mode and owner)"
         return None
