@@ -284,7 +284,10 @@ class TegraHealthMonitor:
                     readable.append(self._kmsg_fd)
                 else:
                     timeout = min(timeout, self._file_poll_interval_s)
-            ready, _, _ = select.select(readable, [], [], timeout)
+            poller = select.poll()  # not select.select: descriptors above 1023 are fine here
+            for fd in readable:
+                poller.register(fd, select.POLLIN)
+            ready = {fd for fd, _ in poller.poll(timeout * 1000)}
             if self._wake_r in ready or self._stopped.is_set():
                 break
             changed = self._inotify is not None and self._inotify.fileno() in ready and self._nodes_touched()
