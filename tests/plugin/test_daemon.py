@@ -160,3 +160,20 @@ def test_stop_removes_socket_and_returns_zero(socket_dir: str, kubelet: KubeletD
         kubelet.wait_registered()
     assert runner.result == [0]
     assert not os.path.exists(os.path.join(socket_dir, "nvidia-gpu.sock"))
+
+
+def test_cdi_spec_names_what_allocate_returns_and_is_removed_at_stop(socket_dir: str, kubelet: KubeletDouble) -> None:
+    import json
+
+    spec_dir = os.path.join(socket_dir, "cdi")
+    with run_simulated(socket_dir, device_list_strategy=("cdi-cri",), cdi_spec_dir=spec_dir):
+        endpoint = kubelet.wait_registered()
+        [spec_file] = os.listdir(spec_dir)
+        with open(os.path.join(spec_dir, spec_file)) as f:
+            spec = json.load(f)
+        names = {f"{spec['kind']}={d['name']}" for d in spec["devices"]}
+        response = endpoint.allocate(["sim-gpu-1"]).container_responses[0]
+        assert [d.name for d in response.cdi_devices] == ["meta-gpu-k8s.io/gpu=sim-gpu-1"]
+        assert {d.name for d in response.cdi_devices} <= names
+        assert dict(response.envs) == {}, "CDI-only strategies pass no environment"
+    assert os.listdir(spec_dir) == [], "the spec must not outlive the plugin"

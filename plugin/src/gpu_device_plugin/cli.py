@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -74,6 +73,8 @@ def discover_command(settings: Settings, as_json: bool = False) -> int:
             error = str(exc)
     advertised = policy.advertised_devices(gpus, settings)
     if as_json:
+        import json
+
         print(json.dumps({
             "strategy": settings.device_discovery_strategy,
             "backend": choice.backend.name if choice.backend else None,

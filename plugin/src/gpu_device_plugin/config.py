@@ -13,8 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import yaml
-
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
 DEFAULT_RESOURCE = "nvidia.com/gpu"
 DISCOVERY_STRATEGIES = ("auto", "tegra", "nvml", "simulated")
@@ -147,7 +145,8 @@ def _address(text: Any) -> str:
 
 def _cdi_kind(text: Any) -> str:
     value = str(text).strip()
-    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*\.[a-z]+/[a-zA-Z0-9][a-zA-Z0-9_.-]*", value):
+    # CDI: vendor is a DNS-like name, class starts and ends with a letter or digit
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*\.[a-z]+/[a-zA-Z0-9](?:[a-zA-Z0-9_.-]*[a-zA-Z0-9])?", value):
         raise ValueError(f"must be a CDI kind vendor.tld/class (e.g. nvidia.com/gpu); got {text!r}")
     return value
 
@@ -234,6 +233,8 @@ class FileConfig:
 
 def parse_file(text: str, source: str = "config file") -> FileConfig:
     """Parse a v1 YAML/JSON config file. Raises ConfigError naming the field."""
+    import yaml  # only when a file is used: keeps the idle footprint down
+
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from . import __version__, inotify, policy, sdnotify
+from . import __version__, cdi, inotify, policy, sdnotify
 from .config import ConfigError, Settings
 from .health.base import HealthMonitor
 from .model import Gpu, Health
@@ -76,6 +76,7 @@ class Daemon:
         self._retry_at: float | None = None
         self._retry_delay = RETRY_FIRST_S
         self._ready_sent = False
+        self._cdi_written = False
         self._registered_with: tuple[int, int] | None = None  # kubelet.sock we registered through
         self.status_port: int | None = None  # bound port of the /metrics listener (0 in tests picks one)
         self.registered_event = threading.Event()  # set after each successful registration (tests)
@@ -134,6 +135,7 @@ class Daemon:
             selector.register(watcher.fileno(), selectors.EVENT_READ, "inotify")
             selector.register(self._wake_r, selectors.EVENT_READ, "wake")
             self.state.set_devices(policy.advertised_devices(self.gpus, self.settings))
+            self._sync_cdi()
             if self.monitor is not None and self.gpus:
                 self.monitor.start(self.gpus, self._report_health)
             if self.state.devices():
@@ -174,6 +176,8 @@ class Daemon:
                 self.server = None
             if self.monitor is not None:
                 self.monitor.stop()
+            if self._cdi_written:
+                cdi.remove_spec(self.settings.cdi_spec_dir, self.settings.cdi_kind)
             selector.close()
             watcher.close()
             os.close(self._wake_r)
@@ -282,6 +286,19 @@ class Daemon:
     def _allocated(self, ids: list[str]) -> None:
         self.stats.allocations += 1
 
+    def _sync_cdi(self) -> None:
+        """Keep the CDI spec on disk in step with what Allocate names (written or removed)."""
+        if not cdi.cdi_enabled(self.settings) and not self._cdi_written:
+            return
+        try:
+            path = cdi.sync_spec(self.gpus, self.settings)
+        except (OSError, ValueError) as exc:
+            log.error("CDI spec not written, containers asking for CDI devices will fail: %s", exc)
+            return
+        self._cdi_written = path is not None
+        if path:
+            log.info("CDI spec for %s written to %s", self.settings.cdi_kind, path)
+
     def status(self) -> Status:
         states = self.state.snapshot()[1]
         healthy = sum(1 for _, ok, _ in states if ok)
@@ -332,6 +349,7 @@ class Daemon:
         self.settings = new
         self.resource = policy.resource_name(new)
         self.state.set_devices(policy.advertised_devices(self.gpus, new))
+        self._sync_cdi()
         log.info("configuration reloaded: %s, %d devices", self.resource, len(self.state.devices()))
         if self.resource != old_resource and self.state.devices():
             if self.server is not None:

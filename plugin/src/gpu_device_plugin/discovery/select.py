@@ -23,10 +23,6 @@ def _nvml(settings: Settings) -> Backend:
     return NvmlBackend(root=settings.host_root)
 
 
-def _is_integrated(probe: Probe) -> bool:
-    return bool(getattr(probe, "integrated", False)) or any("integrated" in e for e in probe.evidence)
-
-
 def choose(settings: Settings) -> Choice:
     strategy = settings.device_discovery_strategy
     if strategy == "simulated":
@@ -36,13 +32,14 @@ def choose(settings: Settings) -> Choice:
         return Choice(TegraBackend(settings.host_root), "tegra: chosen by --device-discovery-strategy")
     if strategy == "nvml":
         return Choice(_nvml(settings), "nvml: chosen by --device-discovery-strategy")
-    # auto: a discrete GPU NVML can see wins; a Jetson (whose NVML, if any, shows an integrated GPU) is tegra.
+    # auto: a discrete GPU NVML can see wins (the nvml probe is not usable when NVML shows only an
+    # integrated GPU, as on Orin/Thor); otherwise a Jetson is served by tegra.
     tegra = TegraBackend(settings.host_root)
     tegra_probe = tegra.probe()
     nvml = _nvml(settings)
     nvml_probe = nvml.probe()
     probes = (("tegra", tegra_probe), ("nvml", nvml_probe))
-    if nvml_probe.usable and not (_is_integrated(nvml_probe) and tegra_probe.usable):
+    if nvml_probe.usable:
         return Choice(nvml, f"auto chose nvml: {nvml_probe.reason} (tegra: {tegra_probe.reason})", probes)
     if tegra_probe.usable:
         return Choice(tegra, f"auto chose tegra: {tegra_probe.reason} (nvml: {nvml_probe.reason})", probes)
