@@ -29,8 +29,8 @@ GPU_K8S_DEFAULT_NODE_LABELS:qemuall = "nvidia.com/gpu.present=true nvidia.com/gp
     nvidia.com/gpu.product=simulated"
 GPU_K8S_NODE_LABELS ?= "${GPU_K8S_DEFAULT_NODE_LABELS}"
 
-# QEMU has no registry access: sandbox image preloaded by gpu-k8s-preload-images, and the
-# packaged components that would pull images are off.
+# QEMU smoke runs may have no registry access: sandbox image preloaded by gpu-k8s-preload-images,
+# and the packaged components that would pull images are off.
 GPU_K8S_DEFAULT_PAUSE_IMAGE = ""
 GPU_K8S_DEFAULT_PAUSE_IMAGE:qemuall = "localhost/gpu-k8s-pause:latest"
 GPU_K8S_K3S_PAUSE_IMAGE ?= "${GPU_K8S_DEFAULT_PAUSE_IMAGE}"
