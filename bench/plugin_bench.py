@@ -57,7 +57,7 @@ def cpu_seconds(pid: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--idle-seconds", type=float, default=20.0, help="idle CPU window (design asks 60)")
+    parser.add_argument("--idle-seconds", type=float, default=60.0, help="idle CPU window in seconds")
     parser.add_argument("--allocations", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5, help="repeats for start/restart/health figures")
     args = parser.parse_args()

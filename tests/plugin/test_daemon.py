@@ -177,3 +177,24 @@ def test_cdi_spec_names_what_allocate_returns_and_is_removed_at_stop(socket_dir:
         assert {d.name for d in response.cdi_devices} <= names
         assert dict(response.envs) == {}, "CDI-only strategies pass no environment"
     assert os.listdir(spec_dir) == [], "the spec must not outlive the plugin"
+
+
+def test_socket_directory_removed_is_recreated_and_registration_restored(socket_dir: str) -> None:
+    plugin_dir = os.path.join(socket_dir, "device-plugins")
+    os.makedirs(plugin_dir)
+    kubelet = KubeletDouble(plugin_dir)
+    kubelet.start()
+    try:
+        with run_simulated(plugin_dir):
+            kubelet.wait_registered()
+            kubelet.stop()
+            shutil.rmtree(plugin_dir)  # e.g. a node reset wiping /var/lib/kubelet
+            deadline = time.monotonic() + 3
+            while not os.path.exists(os.path.join(plugin_dir, "nvidia-gpu.sock")) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert os.path.exists(os.path.join(plugin_dir, "nvidia-gpu.sock")), "plugin did not serve again"
+            kubelet.start(cleanup=False)
+            endpoint = kubelet.wait_registered(count=2, timeout=3)
+            assert len(endpoint.wait_for(lambda d: len(d) == 2)) == 2
+    finally:
+        kubelet.stop()

@@ -120,3 +120,34 @@ def test_ready_after_registration_and_watchdog_pings(socket_dir: str) -> None:
     finally:
         kubelet.stop()
         sink.close()
+
+
+def test_watchdog_self_check_fails_when_our_grpc_server_is_wedged(socket_dir: str, monkeypatch) -> None:
+    import threading
+
+    from gpu_device_plugin.servicer import DevicePluginServicer
+
+    wedge = threading.Event()
+    original = DevicePluginServicer.GetDevicePluginOptions
+
+    def maybe_wedged(self, request, context):  # after `wedge`, every call hangs, as in a deadlock
+        if wedge.is_set():
+            time.sleep(1.0)
+        return original(self, request, context)
+
+    monkeypatch.setattr(DevicePluginServicer, "GetDevicePluginOptions", maybe_wedged)
+    settings = config.Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="simulated",
+                               simulated_gpus=1)
+    daemon = Daemon(settings, SimulatedBackend(1).discover(), None, environ={})
+    daemon.self_probe_timeout = 0.3
+    kubelet = KubeletDouble(socket_dir)
+    kubelet.start()
+    try:
+        with RunningDaemon(daemon):
+            kubelet.wait_registered()
+            assert daemon.registered_event.wait(2)
+            assert daemon.alive(), "a serving plugin must pass its own check"
+            wedge.set()
+            assert not daemon.alive(), "a server that does not answer must stop the watchdog pings"
+    finally:
+        kubelet.stop()

@@ -18,7 +18,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import grpc
+
 from . import __version__, cdi, inotify, policy, sdnotify
+from .api import pb, rpc
 from .config import ConfigError, Settings
 from .health.base import HealthMonitor
 from .model import Gpu, Health
@@ -77,6 +80,11 @@ class Daemon:
         self._retry_delay = RETRY_FIRST_S
         self._ready_sent = False
         self._cdi_written = False
+        self._watcher: inotify.Inotify
+        self._socket_wd: int | None = None
+        self.self_probe_timeout = 5.0  # seconds our own server gets to answer the watchdog's probe
+        self._probe_channel: grpc.Channel | None = None
+        self._probe_for: PluginServer | None = None
         self._registered_with: tuple[int, int] | None = None  # kubelet.sock we registered through
         self.status_port: int | None = None  # bound port of the /metrics listener (0 in tests picks one)
         self.registered_event = threading.Event()  # set after each successful registration (tests)
@@ -130,7 +138,8 @@ class Daemon:
                 status_server = StatusServer(self.settings.metrics_address, self.status)
                 status_server.start()
                 self.status_port = status_server.port
-            socket_wd = watcher.add_watch(self.socket_dir, DIR_EVENTS)
+            self._watcher = watcher
+            self._socket_wd = watcher.add_watch(self.socket_dir, DIR_EVENTS)
             config_wd = self._watch_config(watcher)
             selector.register(watcher.fileno(), selectors.EVENT_READ, "inotify")
             selector.register(self._wake_r, selectors.EVENT_READ, "wake")
@@ -138,8 +147,7 @@ class Daemon:
             self._sync_cdi()
             if self.monitor is not None and self.gpus:
                 self.monitor.start(self.gpus, self._report_health)
-            if self.state.devices():
-                self._serve()
+            if self.state.devices() and self._serve():
                 self._try_register()
             else:
                 log.warning("no GPUs to advertise: not registering %s; waiting (stop with SIGTERM)", self.resource)
@@ -153,7 +161,7 @@ class Daemon:
                     if key.data == "wake":
                         _drain(self._wake_r)
                     else:
-                        self._on_inotify(watcher.read_events(), socket_wd, config_wd)
+                        self._on_inotify(watcher.read_events(), config_wd)
                 if self._reload_requested.is_set():
                     self._reload_requested.clear()
                     self._reload()
@@ -171,6 +179,8 @@ class Daemon:
         finally:
             if status_server is not None:
                 status_server.stop()
+            if self._probe_channel is not None:
+                self._probe_channel.close()
             if self.server is not None:
                 self.server.stop(remove=True)
                 self.server = None
@@ -196,11 +206,13 @@ class Daemon:
 
     # ------------------------------------------------------------ events
 
-    def _on_inotify(self, events: Sequence[inotify.Event], socket_wd: int, config_wd: int | None) -> None:
+    def _on_inotify(self, events: Sequence[inotify.Event], config_wd: int | None) -> None:
         kubelet_name = os.path.basename(self.kubelet_socket)
         config_name = os.path.basename(self.settings.config_file) if self.settings.config_file else None
         for event in events:
-            if event.wd == socket_wd:
+            if event.mask & inotify.IN_Q_OVERFLOW or (event.wd == self._socket_wd and event.mask & inotify.IN_IGNORED):
+                self._resync()  # events were lost, or the directory itself went away
+            elif event.wd == self._socket_wd:
                 if event.name == kubelet_name and event.mask & (inotify.IN_CREATE | inotify.IN_MOVED_TO):
                     self._on_kubelet_started()
                 elif (event.name == self.endpoint and event.mask & (inotify.IN_DELETE | inotify.IN_MOVED_FROM)
@@ -209,6 +221,20 @@ class Daemon:
             if config_wd is not None and event.wd == config_wd and event.name == config_name:
                 self._reload_requested.set()
 
+    def _resync(self) -> None:
+        """Work out from the files what the lost events would have said."""
+        log.warning("socket directory events were lost or the directory was removed: re-checking %s",
+                    self.socket_dir)
+        if not os.path.isdir(self.socket_dir) or self._socket_wd is None:
+            os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
+        self._socket_wd = self._watcher.add_watch(self.socket_dir, DIR_EVENTS)
+        if not self.state.devices():
+            return
+        if self.server is None or not self.server.owns_socket():
+            self._on_socket_lost()
+        elif _identity(self.kubelet_socket) != self._registered_with:
+            self._on_kubelet_started()
+
     def _on_kubelet_started(self) -> None:
         if not self.state.devices():
             return
@@ -216,30 +242,46 @@ class Daemon:
         if self.stats.registered and _identity(self.kubelet_socket) == self._registered_with:
             return  # our socket's deletion already led us to register with this very kubelet
         log.info("kubelet socket %s (re)created: registering again", self.kubelet_socket)
-        if self.stats.registered or self.server is None:
-            self._serve()  # the old stream belongs to the old kubelet: close it and start afresh
         self._retry_delay = RETRY_FIRST_S
+        if (self.stats.registered or self.server is None) and not self._serve():
+            return  # the old stream belonged to the old kubelet: serve afresh first (retry is scheduled)
         self._try_register()
 
     def _on_socket_lost(self) -> None:
         log.info("our socket %s was removed (kubelet restart?): serving again", self.socket_path)
-        self._serve()
         self._retry_delay = RETRY_FIRST_S
-        self._try_register()
+        if self._serve():
+            self._try_register()
 
     # ------------------------------------------------------------ serving and registration
 
-    def _serve(self) -> None:
+    def _serve(self) -> bool:
+        """(Re)start our gRPC server on a fresh socket; on failure retry later, never crash."""
         if self.server is not None:
             self.server.stop(remove=self.server.owns_socket())
+            self.server = None
         self._set_registered(False)
         servicer = DevicePluginServicer(self.state, lambda: self.settings, self._allocated)
-        self.server = PluginServer(self.socket_path, servicer)
-        self.server.start()
+        server = PluginServer(self.socket_path, servicer)
+        try:
+            os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
+            server.start()
+        except (OSError, RuntimeError) as exc:  # grpcio raises RuntimeError for a failed bind
+            self._schedule_retry(f"cannot listen on {self.socket_path} ({exc})")
+            return False
+        self.server = server
         log.info("serving %s on %s (%d devices)", self.resource, self.socket_path, len(self.state.devices()))
+        return True
+
+    def _schedule_retry(self, why: str) -> None:
+        self._retry_at = time.monotonic() + self._retry_delay
+        log.warning("%s; retrying in %.2fs", why, self._retry_delay)
+        self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
 
     def _try_register(self) -> None:
         self._retry_at = None
+        if self.server is None and not self._serve():
+            return
         if not os.path.exists(self.kubelet_socket):
             log.info("waiting for the kubelet: %s does not exist yet", self.kubelet_socket)
             return  # inotify tells us when it appears
@@ -249,10 +291,7 @@ class Daemon:
             register(self.kubelet_socket, self.endpoint, self.resource)
         except RegistrationError as exc:
             self.stats.registration_failures += 1
-            self._retry_at = time.monotonic() + self._retry_delay
-            log.warning("registration with %s failed (%s); retrying in %.2fs", self.kubelet_socket, exc,
-                        self._retry_delay)
-            self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
+            self._schedule_retry(f"registration with {self.kubelet_socket} failed ({exc})")
             return
         self._retry_delay = RETRY_FIRST_S
         self._registered_with = kubelet_identity
@@ -315,10 +354,29 @@ class Daemon:
         )
 
     def alive(self) -> bool:
-        """For the watchdog: the health loop runs and, once registered, our server answers."""
+        """For the watchdog: the health loop runs and our gRPC server still answers its own socket."""
         if self.monitor is not None and self.gpus and not self.monitor.alive():
             return False
-        return self.server is None or self.server.owns_socket() or not self.stats.registered
+        if self.server is None or not self.stats.registered:
+            return True  # waiting for the kubelet is a healthy state
+        if not self.server.owns_socket():
+            return False
+        return self._self_probe()
+
+    def _self_probe(self) -> bool:
+        # One channel per server instance: a wedged thread pool shows up as a timeout here.
+        if self._probe_for is not self.server:
+            if self._probe_channel is not None:
+                self._probe_channel.close()
+            self._probe_channel = grpc.insecure_channel(f"unix:{self.socket_path}")
+            self._probe_for = self.server
+        try:
+            stub = rpc.Stub(self._probe_channel, "DevicePlugin")
+            stub.GetDevicePluginOptions(pb.Empty(), timeout=self.self_probe_timeout)
+            return True
+        except grpc.RpcError as exc:
+            log.error("self-check: our gRPC server did not answer (%s)", exc.code() if hasattr(exc, "code") else exc)
+            return False
 
     # ------------------------------------------------------------ configuration reload
 
@@ -355,8 +413,8 @@ class Daemon:
             if self.server is not None:
                 self.server.stop(remove=True)
                 self.server = None
-            self._serve()
-            self._try_register()
+            if self._serve():
+                self._try_register()
 
 
 def _keep_fields(new: Settings, old: Settings, names: Sequence[str]) -> Settings:

@@ -31,8 +31,12 @@ class PluginServer:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="grpc"),
                              options=[("grpc.so_reuseport", 0)])
         server.add_generic_rpc_handlers((rpc.generic_handler("DevicePlugin", self.servicer),))
-        if server.add_insecure_port(f"unix:{self.socket_path}") == 0:
-            raise OSError(f"cannot listen on {self.socket_path}")
+        try:
+            bound = server.add_insecure_port(f"unix:{self.socket_path}")
+        except RuntimeError:  # newer grpcio raises, older ones return 0
+            bound = 0
+        if bound == 0:
+            raise OSError(f"cannot bind {self.socket_path}: does the directory exist and is it writable?")
         server.start()
         self._server = server
         self.inode = os.stat(self.socket_path).st_ino
