@@ -31,7 +31,8 @@ do_install:append() {
 CONFFILES:${PN} = "${sysconfdir}/gpu-device-plugin/config.yaml"
 
 # Stdlib packages per oe-core's python3 manifest: concurrent.futures (asyncio), hashlib (crypt),
-# dataclasses (profile), glob (shell), socket (io); nvidia-ml-py is optional and has no recipe.
+# dataclasses (profile), glob (shell), socket/tempfile (io), http.server (netclient, netserver);
+# nvidia-ml-py is optional and has no recipe.
 RDEPENDS:${PN} = " \
     python3-asyncio \
     python3-core \
@@ -42,6 +43,8 @@ RDEPENDS:${PN} = " \
     python3-json \
     python3-logging \
     python3-math \
+    python3-netclient \
+    python3-netserver \
     python3-profile \
     python3-protobuf \
     python3-pyyaml \
