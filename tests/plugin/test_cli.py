@@ -111,3 +111,14 @@ def test_discover_json_on_auto_names_both_probes() -> None:
     assert report["probes"]["tegra"]["usable"] is True
     assert "nvml" in report["probes"]
     assert report["advertised"] == ["tegra-t210-igpu0"]
+
+
+def test_check_reports_a_bad_config_file_and_still_checks_the_node(tmp_path: Path) -> None:
+    bad = tmp_path / "config.yaml"
+    bad.write_text("version: v1\nflags:\n  deviceDiscoveryStrategy: magic\n")
+    proc = run_cli("check", "--config-file", str(bad), "--host-root", str(FIXTURES / "raspberry-pi-4"),
+                   "--kubelet-socket", f"{tmp_path}/kubelet.sock")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, out + err
+    assert "flags.deviceDiscoveryStrategy must be one of" in out
+    assert "kubelet socket" in out.lower()

@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", parents=[common], help="serve GPUs to the kubelet (default)")
     discover = sub.add_parser("discover", parents=[common], help="show which GPUs discovery finds here, and why")
     discover.add_argument("--json", action="store_true", help="machine-readable output")
+    sub.add_parser("check", parents=[common],
+                   help="is this node set up for GPU pods? (discovery, device nodes, runtime, k3s, kubelet)")
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -53,7 +55,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings, warnings = load_settings(args)
     except ConfigError as exc:
         print(f"gpu-device-plugin: {exc}", file=sys.stderr)
-        return 2
+        if args.command != "check":
+            return 2
+        # still check the node; the config-file check explains the error in context
+        settings, warnings = Settings(config_file=args.config_file or os.environ.get("CONFIG_FILE", "")), ()
+    if args.command == "check":
+        from . import nodecheck
+
+        checks = nodecheck.run_checks(settings)
+        print(nodecheck.format_report(checks))
+        return nodecheck.exit_code(checks)
     logs.setup(settings.log_level)
     for warning in warnings:
         log.warning("%s", warning)
