@@ -167,7 +167,6 @@ class Option:
     parse: Callable[[Any], Any]
     help: str
     metavar: str = ""
-    env_aliases: tuple[str, ...] = ()
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -246,15 +245,7 @@ def parse_file(text: str, source: str = "config file") -> FileConfig:
     version = doc.get("version")
     if version != "v1":
         raise ConfigError(f"{source}: 'version' must be v1 (the official plugin's config format), got {version!r}")
-    values: dict[str, Any] = {}
-    for option in OPTIONS:
-        raw = _dig(doc, option.file_path)
-        if raw is None:
-            continue
-        try:
-            values[option.attr] = option.parse(raw)
-        except ValueError as exc:
-            raise ConfigError(f"{source}: {'.'.join(option.file_path)} {exc}") from None
+    values = _parse_options(lambda o: _dig(doc, o.file_path), lambda o: f"{source}: {'.'.join(o.file_path)}")
     unknown = _unknown_keys(doc)
     time_slicing, sharing_unknown = _parse_time_slicing(doc, source)
     warnings = tuple(
@@ -320,17 +311,22 @@ def _parse_time_slicing(doc: Mapping[str, Any], source: str) -> tuple[TimeSlicin
     return TimeSlicing(replicas, rename, fail_gt1), unknown
 
 
-def parse_env(environ: Mapping[str, str]) -> dict[str, Any]:
+def _parse_options(lookup: Callable[[Option], Any], where: Callable[[Option], str]) -> dict[str, Any]:
+    """Parse every option `lookup` has a value for; the error names the source via `where`."""
     values: dict[str, Any] = {}
     for option in OPTIONS:
-        for name in (option.env, *option.env_aliases):
-            if name in environ and environ[name] != "":
-                try:
-                    values[option.attr] = option.parse(environ[name])
-                except ValueError as exc:
-                    raise ConfigError(f"environment {name} {exc}") from None
-                break
+        raw = lookup(option)
+        if raw is None:
+            continue
+        try:
+            values[option.attr] = option.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{where(option)} {exc}") from None
     return values
+
+
+def parse_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    return _parse_options(lambda o: environ.get(o.env) or None, lambda o: f"environment {o.env}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -343,16 +339,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_flags(namespace: argparse.Namespace) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for option in OPTIONS:
-        raw = getattr(namespace, option.attr, None)
-        if raw is None:
-            continue
-        try:
-            values[option.attr] = option.parse(raw)
-        except ValueError as exc:
-            raise ConfigError(f"{option.flag} {exc}") from None
-    return values
+    return _parse_options(lambda o: getattr(namespace, o.attr, None), lambda o: o.flag)
 
 
 def build(flags: Mapping[str, Any], env: Mapping[str, Any], file: FileConfig | None,
