@@ -23,6 +23,10 @@ from gpu_device_plugin.api import pb, rpc
 RESOURCE_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
+class Insufficient(Exception):
+    """What the scheduler/kubelet says when no healthy, free device is left."""
+
+
 class PluginEndpoint:
     """The kubelet's view of one registered plugin."""
 
@@ -37,6 +41,7 @@ class PluginEndpoint:
         self.update_times: list[float] = []
         self.stream_ended = threading.Event()
         self._cond = threading.Condition()
+        self.in_use: set[str] = set()  # device IDs allocated to admitted containers
         self._stream = self.stub.ListAndWatch(pb.Empty())
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -84,6 +89,26 @@ class PluginEndpoint:
         request.container_requests.add(available_deviceIDs=available, must_include_deviceIDs=must_include,
                                        allocation_size=size)
         return list(self.stub.GetPreferredAllocation(request, timeout=5).container_responses[0].deviceIDs)
+
+    def admit(self, count: int) -> tuple[list[str], Any]:
+        """Admit a container asking for `count` devices, as the device manager does.
+
+        available = healthy - in use; ask GetPreferredAllocation only if the plugin offers it and
+        treat the answer as a hint; then one Allocate call for this container.
+        """
+        available = sorted(i for i, h in self.devices().items() if h == pb.HEALTHY and i not in self.in_use)
+        if len(available) < count:
+            raise Insufficient(f"Insufficient {self.resource}: {len(available)} free, {count} requested")
+        chosen: list[str] = []
+        if self.options.get_preferred_allocation_available:
+            chosen = [i for i in self.preferred(available, [], count) if i in available][:count]
+        chosen += [i for i in available if i not in chosen][: count - len(chosen)]
+        response = self.allocate(chosen)
+        self.in_use.update(chosen)
+        return chosen, response.container_responses[0]
+
+    def release(self, ids: list[str]) -> None:
+        self.in_use.difference_update(ids)
 
     def close(self) -> None:
         self._stream.cancel()
