@@ -159,7 +159,9 @@ def flash(
         "checks-timeout": "seconds to wait for units and the node to become ready (default 300)",
         "pod-seconds": "how long the GPU-filling pods sleep (default 20)",
         "log-dir": "where the serial console log goes (default: beside the image)",
-        "no-kvm": "software emulation even when /dev/kvm is there (KVM is used when it is usable)",
+        "no-kvm": "software emulation (TCG), no KVM probe (default: KVM when a short probe boot under it works)",
+        "kvm": "use KVM without probing it first (fails if KVM does not work here)",
+        "kvm-probe-timeout": "seconds the KVM probe boot may take before TCG is used instead (default 20)",
     }
 )
 def smoke_test(
@@ -178,14 +180,21 @@ def smoke_test(
     pod_seconds: int = 20,
     log_dir: str | None = None,
     no_kvm: bool = False,
+    kvm: bool = False,
+    kvm_probe_timeout: int = int(smoke_module.qemu.KVM_PROBE_TIMEOUT_S),
 ) -> None:
     """Boot the QEMU image (or reach a board over SSH) and check it is a working GPU node.
 
     Checks: docker, k3s and gpu-device-plugin active; node Ready with the expected
     nvidia.com/gpu count; a GPU pod runs; with every GPU busy one more pod stays Pending
-    (Insufficient nvidia.com/gpu) and runs once a GPU frees. QEMU is always stopped."""
+    (Insufficient nvidia.com/gpu) and runs once a GPU frees. QEMU is always stopped.
+    KVM is used when /dev/kvm is usable and a few-second probe boot under it works;
+    otherwise (and after an early QEMU crash under KVM) it falls back to TCG, saying so."""
     if image and host:
         console.error("--image and --host exclude each other: boot an image in QEMU, or test a board")
+        raise Exit(code=2)
+    if kvm and no_kvm:
+        console.error("--kvm and --no-kvm exclude each other")
         raise Exit(code=2)
     options = smoke_module.SmokeOptions(
         image=_optional_path(image),
@@ -201,7 +210,8 @@ def smoke_test(
         kernel_args=kernel_args,
         log_dir=_optional_path(log_dir),
         checks_timeout_s=checks_timeout,
-        kvm=False if no_kvm else None,
+        kvm=False if no_kvm else (True if kvm else None),
+        kvm_probe_timeout_s=kvm_probe_timeout,
     )
     try:
         smoke_module.run_smoke_test(options)

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from tools import console, hostcheck, process
 from tools.paths import BUILD_ROOT, REPO_ROOT
 
@@ -44,6 +46,12 @@ PASSTHROUGH_VARIABLES = (
     "KAS_PREMIRRORS",
     "KAS_CLONE_DEPTH",
 )
+
+
+# kas hands bitbake only a few variables from its environment (DL_DIR, SSTATE_DIR,
+# SSTATE_MIRRORS, TMPDIR, BB_HASHSERVE*) plus those a kas file lists under `env:`; these
+# two of ours reach bitbake only when a kas file lists them.
+NEEDS_KAS_ENV_ENTRY = ("BB_NUMBER_THREADS", "PARALLEL_MAKE")
 
 
 class BuildError(Exception):
@@ -138,6 +146,32 @@ def list_artifacts(directory: Path, image: str) -> list[Artifact]:
     return artifacts
 
 
+def kas_env_names(kas_file: Path, root: Path = REPO_ROOT) -> set[str]:
+    """Names under `env:` in a kas file and the files of this repository it includes
+    (kas resolves a string include relative to the repository root)."""
+    names: set[str] = set()
+    pending, seen = [kas_file], set()
+    while pending:
+        path = pending.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        config = yaml.safe_load(path.read_text()) or {}
+        names.update(config.get("env") or {})
+        pending.extend(root / include for include in (config.get("header") or {}).get("includes", [])
+                       if isinstance(include, str))
+    return names
+
+
+def settings_kas_drops(env: Mapping[str, str], kas_file: Path, root: Path = REPO_ROOT) -> list[str]:
+    """Settings we would pass that kas would not hand on to bitbake."""
+    wanted = [name for name in NEEDS_KAS_ENV_ENTRY if env.get(name)]
+    if not wanted or not kas_file.is_file():
+        return []
+    listed = kas_env_names(kas_file, root)
+    return [name for name in wanted if name not in listed]
+
+
 def refuse_unfit_host(options: BuildOptions, env: Mapping[str, str]) -> list[hostcheck.Problem]:
     facts = hostcheck.gather_host_facts(Path(env["KAS_BUILD_DIR"]))
     return hostcheck.check_build_host(facts, options.min_free_gb)
@@ -172,6 +206,14 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
         console.warn("a real build would stop here; showing the commands anyway (--dry-run)")
     else:
         console.info("host is fit: disk, tools, user and locale are fine")
+
+    dropped = settings_kas_drops(command.env, kas_file)
+    if dropped:
+        console.warn(
+            f"{', '.join(dropped)} will not reach bitbake: kas forwards only the environment variables a kas "
+            f"file lists under `env:`; set them in {Path(command.env['KAS_BUILD_DIR']) / 'conf' / 'site.conf'} "
+            "instead (docs/layer.md)"
+        )
 
     console.step("running kas (layers are fetched on the first run; bitbake then builds)")
     log_path = Path(command.env["KAS_BUILD_DIR"]) / "kas-build.log"

@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,11 +14,29 @@ from pathlib import Path
 from types import TracebackType
 
 MIN_MEMORY_MIB = 2048  # k3s with docker does not come up in less
-DEFAULT_MEMORY_MIB = 4096
+DEFAULT_MEMORY_MIB = 4096  # the layer's QB_MEM for the qemux86-64 images
+DEFAULT_CPUS = 4  # the layer's QB_SMP
+KVM_CPU_MODEL = "host"
+TCG_CPU_MODEL = "max"
+KVM_PROBE_TIMEOUT_S = 20.0
+# Lines a kernel prints once its core start-up (timers, SMP, drivers) is behind it: with no
+# disk and no init it gets as far as mounting root, panics and, with -no-reboot, QEMU exits.
+KERNEL_STARTED_MARKERS = ("Kernel panic", "VFS: ", "Freeing unused kernel", "Run /init")
+# A QEMU that dies this soon under KVM is taken for a KVM failure, not a guest failure.
+KVM_EARLY_EXIT_S = 30.0
 
 
 class QemuError(Exception):
     """QEMU could not start, exited early, or the guest never offered SSH."""
+
+
+class QemuExited(QemuError):
+    """QEMU ended before the guest offered SSH."""
+
+    def __init__(self, message: str, returncode: int | None, after_s: float) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.after_s = after_s
 
 
 @dataclass(frozen=True)
@@ -27,7 +46,7 @@ class QemuConfig:
     console_log: Path
     ssh_port: int
     memory_mib: int = DEFAULT_MEMORY_MIB
-    cpus: int = 2
+    cpus: int = DEFAULT_CPUS
     kvm: bool = True
     initrd: Path | None = None
     extra_kernel_args: str = ""
@@ -36,8 +55,137 @@ class QemuConfig:
 
 
 def kvm_usable(device: Path = Path("/dev/kvm")) -> bool:
-    """KVM makes the guest ~10x faster; usable when we may open the device read-write."""
+    """KVM makes the guest ~10x faster; worth probing when we may open the device
+    read-write (an open /dev/kvm does not prove QEMU can run a guest on it: see probe_kvm)."""
     return device.exists() and os.access(device, os.R_OK | os.W_OK)
+
+
+def accelerator_args(kvm: bool) -> list[str]:
+    return ["-accel", "kvm", "-cpu", KVM_CPU_MODEL] if kvm else ["-accel", "tcg", "-cpu", TCG_CPU_MODEL]
+
+
+@dataclass(frozen=True)
+class KvmProbe:
+    usable: bool
+    detail: str  # one line: what the probe saw
+    seconds: float
+
+
+def exit_description(returncode: int | None) -> str:
+    """'code 1', or 'signal SIGABRT' for a QEMU that aborted (Popen reports -6)."""
+    if returncode is not None and returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"code {returncode}"
+
+
+def _first_meaningful_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["(nothing)"])[0][:200]
+
+
+def _stop_group(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL, to a process started with start_new_session=True."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=wait_s)
+            # The leader is gone; one more kill for anything left in the group.
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    process.wait()
+
+
+def probe_kvm(
+    kernel: Path,
+    qemu_binary: str = "qemu-system-x86_64",
+    cpus: int = DEFAULT_CPUS,
+    timeout_s: float = KVM_PROBE_TIMEOUT_S,
+    poll_s: float = 0.1,
+) -> KvmProbe:
+    """Boot kernel under KVM, with the CPU model the smoke test uses and no disk: a working
+    KVM gets through the kernel's start-up in a second or two. Broken (often nested) KVM
+    makes QEMU abort at once ("failed to set MSR ...") or hang with no kernel output."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gpu-k8s-kvm-probe-") as temp:
+        serial = Path(temp) / "serial.log"
+        output = Path(temp) / "qemu.log"
+        argv = [
+            qemu_binary, "-name", "gpu-k8s-kvm-probe", *accelerator_args(True),
+            "-smp", str(cpus), "-m", "256", "-nodefaults", "-display", "none",
+            "-serial", f"file:{serial}", "-kernel", str(kernel),
+            "-append", "console=ttyS0 panic=-1", "-no-reboot",
+        ]
+        with output.open("wb") as qemu_output:
+            try:
+                process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=qemu_output,
+                                           stderr=subprocess.STDOUT, start_new_session=True)
+            except FileNotFoundError:
+                raise QemuError(f"{qemu_binary} not found; install it (Debian/Ubuntu: "
+                                "sudo apt-get install qemu-system-x86)") from None
+
+        def kernel_started() -> bool:
+            try:
+                text = serial.read_text(errors="replace")
+            except OSError:
+                return False
+            return any(marker in text for marker in KERNEL_STARTED_MARKERS)
+
+        try:
+            while True:
+                exited = process.poll() is not None
+                if kernel_started():
+                    return KvmProbe(True, "the kernel started under KVM", time.monotonic() - started)
+                if exited:
+                    said = _first_meaningful_line(output.read_text(errors="replace"))
+                    return KvmProbe(False, f"QEMU exited with {exit_description(process.returncode)}: {said}",
+                                    time.monotonic() - started)
+                if time.monotonic() - started > timeout_s:
+                    return KvmProbe(False, f"the kernel did not start under KVM within {timeout_s:.0f} s "
+                                    "(the guest hangs)", time.monotonic() - started)
+                time.sleep(poll_s)
+        finally:
+            _stop_group(process)
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    kvm: bool
+    chosen_automatically: bool
+    reason: str  # one line, for the person watching and for the report
+
+    def describe(self) -> str:
+        return ("KVM" if self.kvm else "TCG (software emulation, slow)") + f": {self.reason}"
+
+
+def choose_accelerator(
+    requested: bool | None,
+    kernel: Path,
+    qemu_binary: str = "qemu-system-x86_64",
+    cpus: int = DEFAULT_CPUS,
+    kvm_device: Path = Path("/dev/kvm"),
+    probe_timeout_s: float = KVM_PROBE_TIMEOUT_S,
+) -> Accelerator:
+    """requested: True (--kvm) forces KVM, False (--no-kvm) forbids it, None probes once."""
+    if requested is True:
+        return Accelerator(True, False, "forced with --kvm (not probed)")
+    if requested is False:
+        return Accelerator(False, False, "KVM not used (--no-kvm)")
+    if not kvm_usable(kvm_device):
+        return Accelerator(False, True, f"{kvm_device} is missing or not read-write for this user")
+    probe = probe_kvm(kernel, qemu_binary, cpus, probe_timeout_s)
+    if probe.usable:
+        return Accelerator(True, True, f"KVM probe passed in {probe.seconds:.1f} s")
+    return Accelerator(False, True, f"KVM probe failed: {probe.detail} (--kvm forces KVM)")
 
 
 def free_local_port() -> int:
@@ -55,14 +203,13 @@ def qemu_command(config: QemuConfig) -> list[str]:
         raise QemuError(
             f"--memory-mib must be at least {MIN_MEMORY_MIB} (k3s needs it), got {config.memory_mib}"
         )
-    accel = ["-enable-kvm", "-cpu", "host"] if config.kvm else ["-cpu", "max"]
     append = "root=/dev/vda rw console=ttyS0"
     if config.extra_kernel_args:
         append += " " + config.extra_kernel_args
     argv = [
         config.qemu_binary,
         "-name", "gpu-k8s-smoke",
-        *accel,
+        *accelerator_args(config.kvm),
         "-smp", str(config.cpus),
         "-m", str(config.memory_mib),
         "-nographic",
@@ -154,9 +301,11 @@ class QemuMachine:
         while True:
             if not self.running:
                 code = self.process.returncode if self.process else None
-                raise QemuError(
-                    f"QEMU exited with code {code} before SSH came up; QEMU said: "
-                    f"{self.qemu_output() or '(nothing)'}\nlast console lines:\n{self.console_tail()}"
+                raise QemuExited(
+                    f"QEMU exited with {exit_description(code)} before SSH came up; QEMU said: "
+                    f"{self.qemu_output() or '(nothing)'}\nlast console lines:\n{self.console_tail()}",
+                    code,
+                    clock() - started,
                 )
             if read_ssh_banner(self.config.ssh_port).startswith(b"SSH-"):
                 return clock() - started
@@ -174,20 +323,7 @@ class QemuMachine:
         """Stop QEMU and anything in its process group; safe to call more than once."""
         if self.process is None:
             return
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.process.wait(timeout=wait_s)
-                # The leader is gone; one more kill for anything left in the group.
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        self.process.wait()
+        _stop_group(self.process, grace_s)
 
     def __enter__(self) -> QemuMachine:
         self.start()

@@ -12,13 +12,16 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tools import console, qemu
 from tools.build import BuildOptions, deploy_dir, machine_target
 from tools.build import build_environment as kas_environment
 
 UNITS = ("docker", "k3s", "gpu-device-plugin")
+# The QEMU image also imports the smoke and pause images into docker at boot (oneshot,
+# before k3s); when it fails, pods wait for images forever, so say so up front.
+QEMU_UNITS = (*UNITS, "gpu-k8s-preload-images")
 GPU_RESOURCE = "nvidia.com/gpu"
 SMOKE_IMAGE = "localhost/gpu-k8s-smoke:latest"
 POD_LABEL = "gpu-k8s-smoke"
@@ -171,6 +174,7 @@ class CheckResult:
 @dataclass(frozen=True)
 class CheckSettings:
     expected_gpus: int = 2
+    units: tuple[str, ...] = UNITS
     pod_sleep_s: int = 20
     units_timeout_s: float = 300
     node_timeout_s: float = 300
@@ -230,8 +234,9 @@ class SmokeChecks:
 
     def check_units(self) -> str:
         def probe() -> tuple[bool, str]:
-            result = self._run("systemctl is-active " + " ".join(UNITS))
-            states = parse_unit_states(result.stdout)
+            units = self.settings.units
+            result = self._run("systemctl is-active " + " ".join(units))
+            states = parse_unit_states(result.stdout, units)
             described = ", ".join(f"{unit} {state}" for unit, state in states.items())
             return all(state == "active" for state in states.values()), described
 
@@ -319,7 +324,7 @@ class SmokeChecks:
         gpus = self.settings.expected_gpus
         return [
             ("ssh login", self.check_login),
-            ("units active: " + ", ".join(UNITS), self.check_units),
+            ("units active: " + ", ".join(self.settings.units), self.check_units),
             ("node Ready", self.check_node_ready),
             (f"node advertises {GPU_RESOURCE}: {gpus}", self.check_gpus_advertised),
             ("a GPU pod runs to completion", self.check_single_pod),
@@ -369,7 +374,8 @@ class SmokeOptions:
     kernel_args: str = ""
     log_dir: Path | None = None
     checks_timeout_s: float = 300
-    kvm: bool | None = None  # None: use KVM when /dev/kvm is usable
+    kvm: bool | None = None  # None: KVM when /dev/kvm is usable and a probe boot works
+    kvm_probe_timeout_s: float = qemu.KVM_PROBE_TIMEOUT_S
     nic_model: str = "virtio-net-pci"
 
 
@@ -412,7 +418,11 @@ class _BootProgress:
             self.next_at += 30.0
 
 
-def print_report(results: list[CheckResult], boot_seconds: float | None) -> None:
+def print_report(
+    results: list[CheckResult],
+    boot_seconds: float | None,
+    accelerator: qemu.Accelerator | None = None,
+) -> None:
     rows = []
     if boot_seconds is not None:
         rows.append(["boot to SSH", "pass", f"{boot_seconds:.1f}", ""])
@@ -420,6 +430,8 @@ def print_report(results: list[CheckResult], boot_seconds: float | None) -> None
         verdict = {True: "pass", False: "FAIL", None: "skip"}[result.passed]
         rows.append([result.name, verdict, f"{result.seconds:.1f}", result.detail.splitlines()[0][:100]])
     console.summary("smoke test report", ["check", "result", "seconds", "detail"], rows)
+    if accelerator is not None:
+        console.info(f"QEMU accelerator: {accelerator.describe()}")
 
 
 def run_smoke_test(
@@ -448,37 +460,82 @@ def run_smoke_test(
     for path, what in ((rootfs, "--image"), (kernel, "--kernel")):
         if not path.is_file():
             raise SmokeTestError(f"{what} {path} does not exist")
+    if options.memory_mib < qemu.MIN_MEMORY_MIB:  # before the probe: bad input is refused at once
+        raise SmokeTestError(f"--memory-mib must be at least {qemu.MIN_MEMORY_MIB} (k3s needs it), "
+                             f"got {options.memory_mib}")
     log_dir = options.log_dir or rootfs.parent
-    config = qemu.QemuConfig(
-        kernel=kernel,
-        rootfs=rootfs,
-        console_log=log_dir / f"smoke-test-{time.strftime('%Y%m%d-%H%M%S')}.console.log",
-        ssh_port=qemu.free_local_port(),
-        memory_mib=options.memory_mib,
-        kvm=qemu.kvm_usable() if options.kvm is None else options.kvm,
-        initrd=options.initrd,
-        extra_kernel_args=options.kernel_args,
-        nic_model=options.nic_model,
+    settings_for_qemu = dataclasses.replace(
+        _with_gpus(base, options.expected_gpus if options.expected_gpus is not None else 2), units=QEMU_UNITS
     )
-    expected = options.expected_gpus if options.expected_gpus is not None else 2
-    console.step(
-        f"booting {rootfs.name} in QEMU ({'KVM' if config.kvm else 'no KVM: slow software emulation'}, "
-        f"{config.memory_mib} MiB, SSH on 127.0.0.1:{config.ssh_port})"
-    )
-    console.info(f"serial console: {config.console_log}")
-    with sigterm_as_interrupt(), qemu.QemuMachine(config) as machine:
+    with sigterm_as_interrupt():
+        if options.kvm is None:
+            console.step(f"checking that KVM works (booting {kernel.name} under KVM for at most "
+                         f"{options.kvm_probe_timeout_s:.0f} s)")
+        accelerator = qemu.choose_accelerator(options.kvm, kernel, probe_timeout_s=options.kvm_probe_timeout_s)
+        fell_back = accelerator.chosen_automatically and not accelerator.kvm
+        (console.warn if fell_back else console.info)(f"accelerator: {accelerator.describe()}")
+        config = qemu.QemuConfig(
+            kernel=kernel,
+            rootfs=rootfs,
+            console_log=log_dir / f"smoke-test-{time.strftime('%Y%m%d-%H%M%S')}.console.log",
+            ssh_port=qemu.free_local_port(),
+            memory_mib=options.memory_mib,
+            kvm=accelerator.kvm,
+            initrd=options.initrd,
+            extra_kernel_args=options.kernel_args,
+            nic_model=options.nic_model,
+        )
         try:
-            boot_seconds = machine.wait_for_ssh(options.boot_timeout_s, on_wait=_BootProgress())
-        except qemu.QemuError as failure:
-            print_report([CheckResult("boot to SSH", False, 0, str(failure))], None)
-            raise SmokeTestError(f"{failure}\nnext step: read {config.console_log}") from None
-        console.info(f"SSH is up after {boot_seconds:.1f} s")
-        checks = SmokeChecks(SshTarget("root@127.0.0.1", config.ssh_port, options.identity),
-                             _with_gpus(base, expected))
-        results = checks.run_all()
-    print_report(results, boot_seconds)
+            results, boot_seconds = _boot_and_check(config, options, settings_for_qemu, accelerator)
+        except qemu.QemuExited as exited:
+            # Raised only for an automatic choice of KVM: the probe passed, yet QEMU died at once.
+            accelerator = qemu.Accelerator(
+                False, True, f"QEMU under KVM exited after {exited.after_s:.0f} s "
+                f"({qemu.exit_description(exited.returncode)}); restarted once without KVM")
+            console.warn(f"accelerator: {accelerator.describe()}")
+            config = dataclasses.replace(config, kvm=False)
+            results, boot_seconds = _boot_and_check(config, options, settings_for_qemu, accelerator)
+    print_report(results, boot_seconds, accelerator)
     console.info(f"serial console log: {config.console_log}")
     return _verdict(results)
+
+
+def _boot_and_check(
+    config: qemu.QemuConfig, options: SmokeOptions, settings: CheckSettings, accelerator: qemu.Accelerator
+) -> tuple[list[CheckResult], float]:
+    """One QEMU run: boot, wait for SSH, run the checks; QEMU is stopped on every path.
+    When KVM was chosen automatically, a QEMU that dies early raises QemuExited (retry)."""
+    console.step(
+        f"booting {config.rootfs.name} in QEMU ({'KVM' if config.kvm else 'TCG: slow software emulation'}, "
+        f"{config.memory_mib} MiB, {config.cpus} CPUs, SSH on 127.0.0.1:{config.ssh_port})"
+    )
+    console.info(f"serial console: {config.console_log}")
+    started = time.monotonic()
+    with qemu.QemuMachine(config) as machine:
+        try:
+            boot_seconds = machine.wait_for_ssh(options.boot_timeout_s, on_wait=_BootProgress())
+        except qemu.QemuExited as exited:
+            if _kvm_died_early(exited, config, accelerator):
+                raise
+            _fail_boot(exited, config, accelerator, time.monotonic() - started)
+        except qemu.QemuError as failure:
+            _fail_boot(failure, config, accelerator, time.monotonic() - started)
+        console.info(f"SSH is up after {boot_seconds:.1f} s")
+        checks = SmokeChecks(SshTarget("root@127.0.0.1", config.ssh_port, options.identity), settings)
+        return checks.run_all(), boot_seconds
+
+
+def _kvm_died_early(exited: qemu.QemuExited, config: qemu.QemuConfig, accelerator: qemu.Accelerator) -> bool:
+    """A QEMU error (not a guest power-off: that exits 0) soon after start, under KVM we chose."""
+    return (config.kvm and accelerator.chosen_automatically and exited.returncode != 0
+            and exited.after_s < qemu.KVM_EARLY_EXIT_S)
+
+
+def _fail_boot(
+    failure: qemu.QemuError, config: qemu.QemuConfig, accelerator: qemu.Accelerator, seconds: float
+) -> NoReturn:
+    print_report([CheckResult("boot to SSH", False, seconds, str(failure))], None, accelerator)
+    raise SmokeTestError(f"{failure}\nnext step: read {config.console_log}") from None
 
 
 def _with_gpus(settings: CheckSettings, expected: int) -> CheckSettings:

@@ -177,3 +177,26 @@ def test_fit_host_has_no_problems(tmp_path: Path) -> None:
 def test_free_disk_is_measured_on_the_nearest_existing_parent(tmp_path: Path) -> None:
     assert hostcheck.nearest_existing(tmp_path / "not" / "yet") == tmp_path
     assert os.path.isdir(hostcheck.nearest_existing(Path("/definitely/not/here")))
+
+
+def test_threads_that_kas_would_drop_are_named_before_the_build(tmp_path: Path) -> None:
+    (tmp_path / "kas" / "include").mkdir(parents=True)
+    top = tmp_path / "kas" / "qemu.yml"
+    top.write_text("header:\n  version: 14\n  includes:\n    - kas/include/common.yml\nmachine: qemux86-64\n")
+    common = tmp_path / "kas" / "include" / "common.yml"
+    common.write_text("header:\n  version: 14\nenv:\n  SOME_OTHER: null\n")
+    env = {"BB_NUMBER_THREADS": "8", "PARALLEL_MAKE": "-j 8", "DL_DIR": "/srv/dl"}
+    assert build.settings_kas_drops(env, top, tmp_path) == ["BB_NUMBER_THREADS", "PARALLEL_MAKE"]
+    common.write_text("header:\n  version: 14\nenv:\n  BB_NUMBER_THREADS: null\n  PARALLEL_MAKE: null\n")
+    assert build.settings_kas_drops(env, top, tmp_path) == []
+    assert build.settings_kas_drops({"DL_DIR": "/srv/dl"}, tmp_path / "missing.yml", tmp_path) == []
+
+
+def test_dry_run_warns_when_kas_would_drop_the_threads_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(build, "refuse_unfit_host", lambda o, e: [])
+    monkeypatch.setattr(build, "settings_kas_drops", lambda env, kas_file: ["BB_NUMBER_THREADS"])
+    build.run_build(options_in(tmp_path, dry_run=True, settings={"BB_NUMBER_THREADS": "8"}), environ={})
+    out = capsys.readouterr().out
+    assert "warning: BB_NUMBER_THREADS will not reach bitbake" in out and "site.conf" in out

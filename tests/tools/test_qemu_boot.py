@@ -5,6 +5,7 @@ SIGTERM. Host packages come from `./task test` (tools/testdeps.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -225,16 +226,25 @@ def test_interrupted_smoke_test_stops_qemu(guest, tmp_path: Path, sig: signal.Si
     assert qemu_processes_for(logs[0]) == []
 
 
-def test_full_smoke_test_boots_qemu_runs_checks_and_tears_down(guest, tmp_path: Path, stand_ins) -> None:
-    """The whole task path with QEMU: boot, SSH banner through the forward, then the
-    checks (ssh/kubectl are stand-ins: a busybox guest has no k3s)."""
+def test_full_smoke_test_falls_back_from_crashing_kvm_boots_runs_checks_and_tears_down(
+    guest, tmp_path: Path, stand_ins, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The whole task path with QEMU, accelerator chosen automatically: QEMU aborts under
+    KVM (a wrapper makes sure of it, as a broken nested KVM does), so the probe fails and
+    the real QEMU boots under TCG; then the SSH banner through the forward and the checks
+    (ssh/kubectl are stand-ins: a busybox guest has no k3s)."""
+    from test_qemu_command import CRASHES_UNDER_KVM
     from test_smoke_checks import KUBECTL, SSH, SYSTEMCTL
 
+    real_qemu = shutil.which("qemu-system-x86_64")
+    stand_ins.add("qemu-system-x86_64", CRASHES_UNDER_KVM + f"os.execv({real_qemu!r}, [{real_qemu!r}, *argv])\n")
+    monkeypatch.setattr(qemu, "kvm_usable", lambda device=None: True)
     stand_ins.add("ssh", SSH)
     stand_ins.add("systemctl", SYSTEMCTL)
     stand_ins.add("kubectl", KUBECTL)
-    state = {"units": {u: "active" for u in smoke_test.UNITS}, "gpus_advertised": 2, "gpus_schedulable": 2, "pods": {}}
-    (stand_ins.calls_dir / "node.json").write_text(__import__("json").dumps(state))
+    units = {u: "active" for u in smoke_test.QEMU_UNITS}
+    state = {"units": units, "gpus_advertised": 2, "gpus_schedulable": 2, "pods": {}}
+    (stand_ins.calls_dir / "node.json").write_text(json.dumps(state))
     options = smoke_test.SmokeOptions(
         image=guest["rootfs"],
         kernel=guest["kernel"],
@@ -243,7 +253,7 @@ def test_full_smoke_test_boots_qemu_runs_checks_and_tears_down(guest, tmp_path: 
         memory_mib=2048,
         boot_timeout_s=BOOT_TIMEOUT_S,
         log_dir=tmp_path,
-        kvm=False,
+        kvm=None,
         nic_model="e1000",
     )
     settings = smoke_test.CheckSettings(
@@ -251,8 +261,21 @@ def test_full_smoke_test_boots_qemu_runs_checks_and_tears_down(guest, tmp_path: 
     )
     results = smoke_test.run_smoke_test(options, environ={}, settings=settings)
     assert all(r.passed for r in results)
+    assert "QEMU accelerator: TCG (software emulation, slow): KVM probe failed" in capsys.readouterr().out
     ssh_argv = stand_ins.calls("ssh")[0]["argv"]
     port = ssh_argv[ssh_argv.index("-p") + 1]
     assert ssh_argv[-2] == "root@127.0.0.1" and port != "22"
     (log,) = tmp_path.glob("smoke-test-*.console.log")
+    assert "FIXTURE-LISTENING" in log.read_text(errors="replace")
     assert qemu_processes_for(log) == []
+
+
+@pytest.mark.skipif(not qemu.kvm_usable(), reason="no usable /dev/kvm here")
+def test_kvm_probe_on_this_host_decides_promptly(guest) -> None:
+    """Whatever this host's KVM does (works, aborts QEMU, hangs the guest), the probe with
+    the real QEMU decides within its timeout and leaves no QEMU behind."""
+    started = time.monotonic()
+    accelerator = qemu.choose_accelerator(None, guest["kernel"], probe_timeout_s=20)
+    assert time.monotonic() - started < 40, accelerator
+    assert accelerator.reason.startswith("KVM probe passed" if accelerator.kvm else "KVM probe failed")
+    assert qemu_processes_for(Path("gpu-k8s-kvm-probe")) == []

@@ -90,3 +90,14 @@ def test_venv_goes_stale_when_its_requirements_change(tmp_path: Path) -> None:
     assert venvs.is_current(spec)
     requirements.write_text("grpcio==1.46.0\n")
     assert not venvs.is_current(spec)
+
+
+def test_kvm_and_no_kvm_together_are_refused_before_anything_runs() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "smoke-test", "--kvm", "--no-kvm"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 2
+    assert "--kvm and --no-kvm exclude each other" in completed.stderr
