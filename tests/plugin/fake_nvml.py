@@ -272,8 +272,10 @@ class FakeNvml:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return self._answering(FakeHandle(self.gpus[index]))
 
-    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> FakeHandle:
-        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+    def nvmlDeviceGetHandleByUUID(self, uuid: bytes) -> FakeHandle:
+        if not isinstance(uuid, bytes):  # nvidia-ml-py 11.450/11.495 pass it to c_char_p unconverted
+            raise TypeError("bytes or integer address expected instead of str instance")
+        uuid = uuid.decode()
         for gpu in self.gpus:
             if gpu.uuid == uuid:
                 return self._answering(FakeHandle(gpu))

@@ -122,3 +122,58 @@ def test_check_reports_a_bad_config_file_and_still_checks_the_node(tmp_path: Pat
     assert proc.returncode == 1, out + err
     assert "flags.deviceDiscoveryStrategy must be one of" in out
     assert "kubelet socket" in out.lower()
+
+
+def test_flags_before_a_subcommand_are_kept() -> None:
+    from gpu_device_plugin.cli import build_parser
+
+    args = build_parser().parse_args(["--simulated-gpus", "3", "--kubelet-socket", "/x/kubelet.sock", "serve"])
+    assert (args.simulated_gpus, args.kubelet_socket) == ("3", "/x/kubelet.sock")
+    args = build_parser().parse_args(["check", "--simulated-gpus", "4"])
+    assert args.simulated_gpus == "4"
+
+
+def test_boolean_flags_work_bare_like_the_official_plugin() -> None:
+    from gpu_device_plugin import config
+    from gpu_device_plugin.cli import build_parser
+
+    args = build_parser().parse_args(["--pass-device-specs", "--fail-on-init-error", "false"])
+    values = config.parse_flags(args)
+    assert values["pass_device_specs"] is True and values["fail_on_init_error"] is False
+
+
+def test_busy_metrics_port_is_a_clear_start_error(socket_dir: str) -> None:
+    import socket as socketlib
+
+    busy = socketlib.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        proc = run_cli("--device-discovery-strategy", "simulated", "--simulated-gpus", "1",
+                       "--metrics-address", f"127.0.0.1:{port}", "--kubelet-socket", f"{socket_dir}/kubelet.sock")
+        _, err = proc.communicate(timeout=20)
+    finally:
+        busy.close()
+    assert proc.returncode == 2, err
+    assert f"cannot serve /metrics on 127.0.0.1:{port}" in err and "Traceback" not in err
+    assert not os.path.exists(f"{socket_dir}/nvidia-gpu.sock")
+
+
+def test_unusable_simulated_health_dir_is_a_clear_start_error(socket_dir: str, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = run_cli("--device-discovery-strategy", "simulated", "--simulated-gpus", "1",
+                   "--simulated-health-dir", str(blocker / "health"), "--kubelet-socket", f"{socket_dir}/kubelet.sock")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2, err
+    assert "cannot start health monitoring" in err and "Traceback" not in err
+
+
+def test_non_utf8_config_file_exits_2_naming_it(socket_dir: str, tmp_path: Path) -> None:
+    bad = tmp_path / "config.yaml"
+    bad.write_bytes(b"version: v1\n# caf\xe9\n")
+    proc = run_cli("--config-file", str(bad), "--kubelet-socket", f"{socket_dir}/kubelet.sock")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2
+    assert f"config file {bad}: not UTF-8 text" in err

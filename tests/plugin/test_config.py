@@ -101,6 +101,7 @@ def test_unsupported_official_fields_are_named_in_one_warning() -> None:
          "resources[0].name must be nvidia.com/gpu"),
         ((), {}, "version: v1\nflags: [1, 2\n", "not valid YAML"),
         (("--metrics-address", "9402"), {}, None, "--metrics-address must be HOST:PORT"),
+        (("--cdi-kind", "example.com/1gpu"), {}, None, "--cdi-kind CDI kind 'example.com/1gpu' must be vendor/class"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_flag_or_field(argv, env, text, expected) -> None:

@@ -408,3 +408,28 @@ def test_alive_is_false_when_the_thread_died(running) -> None:
         wait_for(lambda: not monitor.alive(), what="the thread to die")
     finally:
         monitor.stop()
+
+
+def test_a_driver_call_that_never_returns_makes_the_monitor_report_not_alive(monkeypatch) -> None:
+    import gpu_device_plugin.health.nvml as nvml_health
+
+    nvml = FakeNvml(make_gpus(1))
+    gpus = NvmlBackend("/nonexistent", nvml).discover()
+    release = threading.Event()
+    real_wait = nvml.nvmlEventSetWait
+
+    def hung_wait(event_set, timeoutms):  # the driver stops answering: the call blocks
+        release.wait(5)
+        return real_wait(event_set, timeoutms)
+
+    monitor = NvmlHealthMonitor(nvml, env={}, wait_timeout_ms=20)
+    monitor.start(gpus, Reports())
+    try:
+        wait_for(lambda: nvml.wait_calls > 0, what="the monitor waits for events")
+        assert monitor.alive()
+        monkeypatch.setattr(nvml_health, "STALL_LIMIT_S", 0.3)
+        monkeypatch.setattr(nvml, "nvmlEventSetWait", hung_wait)
+        wait_for(lambda: not monitor.alive(), what="a stuck monitor loop noticed")
+    finally:
+        release.set()
+        monitor.stop()

@@ -24,10 +24,12 @@ def _read(path: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(add_help=False)
+    config.add_arguments(top)
     common = argparse.ArgumentParser(add_help=False)
-    config.add_arguments(common)
+    config.add_arguments(common, default=argparse.SUPPRESS)
     parser = argparse.ArgumentParser(
-        prog="gpu-device-plugin", parents=[common],
+        prog="gpu-device-plugin", parents=[top],
         description="Kubernetes device plugin for NVIDIA GPUs (Jetson/Tegra, NVML, simulated). "
                     "Without a command it serves nvidia.com/gpu to the kubelet.",
     )
@@ -154,6 +156,9 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
             message = ""
         except DiscoveryError as exc:
             message = str(exc)
+    if not message and not policy.advertised_devices(gpus, settings):
+        message = (f"discovery found {len(gpus)} GPU(s) but none can be handed out whole "
+                   "(MIG-enabled or unreadable)" if gpus else "discovery found no GPU")
     if message:
         if settings.fail_on_init_error:
             log.error("%s; exiting because --fail-on-init-error is true", message)

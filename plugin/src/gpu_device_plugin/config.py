@@ -144,10 +144,10 @@ def _address(text: Any) -> str:
 
 
 def _cdi_kind(text: Any) -> str:
+    from .cdi import split_kind  # one rule for the flag and the spec writer (cdi imports this module)
+
     value = str(text).strip()
-    # CDI: vendor is a DNS-like name, class starts and ends with a letter or digit
-    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*\.[a-z]+/[a-zA-Z0-9](?:[a-zA-Z0-9_.-]*[a-zA-Z0-9])?", value):
-        raise ValueError(f"must be a CDI kind vendor.tld/class (e.g. nvidia.com/gpu); got {text!r}")
+    split_kind(value)
     return value
 
 
@@ -329,13 +329,18 @@ def parse_env(environ: Mapping[str, str]) -> dict[str, Any]:
     return _parse_options(lambda o: environ.get(o.env) or None, lambda o: f"environment {o.env}")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags default to None so we can tell 'not given' from a value."""
-    parser.add_argument("--config-file", metavar="PATH", default=None,
+def add_arguments(parser: argparse.ArgumentParser, default: Any = None) -> None:
+    """Flags default to None so we can tell 'not given' from a value.
+
+    Subcommand parsers pass default=argparse.SUPPRESS so a flag given before the subcommand
+    is not overwritten by the subcommand's own default.
+    """
+    parser.add_argument("--config-file", metavar="PATH", default=default,
                         help="YAML config file (official plugin's v1 format) [env CONFIG_FILE]")
     for option in OPTIONS:
-        parser.add_argument(option.flag, dest=option.attr, metavar=option.metavar or None, default=None,
-                            help=f"{option.help} [env {option.env}]")
+        extra: dict[str, Any] = {"nargs": "?", "const": "true"} if option.parse is _bool else {}
+        parser.add_argument(option.flag, dest=option.attr, metavar=option.metavar or None, default=default,
+                            help=f"{option.help} [env {option.env}]", **extra)
 
 
 def parse_flags(namespace: argparse.Namespace) -> dict[str, Any]:
@@ -391,6 +396,8 @@ def load(argv_namespace: argparse.Namespace, environ: Mapping[str, str],
         except OSError as exc:
             raise ConfigError(f"config file {path}: cannot read it ({exc.strerror}); fix the path or "
                               "drop --config-file") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
         file_config = parse_file(text, source=f"config file {path}")
     settings = build(flags, env, file_config, config_file=path)
     return settings, (file_config.warnings if file_config else ())

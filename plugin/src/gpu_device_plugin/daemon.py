@@ -35,7 +35,11 @@ log = logging.getLogger(__name__)
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 10.0
 DIR_EVENTS = inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO
-FILE_EVENTS = inotify.IN_CLOSE_WRITE | inotify.IN_MOVED_TO | inotify.IN_CREATE
+# Not IN_CREATE: a file is complete only when its writer closes it or it is renamed into place.
+FILE_EVENTS = inotify.IN_CLOSE_WRITE | inotify.IN_MOVED_TO
+# Changing these needs a restart; a reload keeps the running values and says so.
+RESTART_FIELDS = ("device_discovery_strategy", "simulated_gpus", "host_root", "kubelet_socket",
+                  "simulated_health_dir", "metrics_address", "health_recovery_period")
 
 
 @dataclass
@@ -49,6 +53,7 @@ class Stats:
     health_events: int = 0
     config_reloads: int = 0
     config_rejections: int = 0
+    loop_wakeups: int = 0  # main-loop iterations: proves the loop sleeps when nothing happens
     registered: bool = False
     started_at: float = field(default_factory=time.monotonic)
     first_registered_at: float | None = None
@@ -81,6 +86,7 @@ class Daemon:
         self._ready_sent = False
         self._cdi_written = False
         self._watcher: inotify.Inotify
+        self._needs_resync = False
         self._socket_wd: int | None = None
         self.self_probe_timeout = 5.0  # seconds our own server gets to answer the watchdog's probe
         self._probe_channel: grpc.Channel | None = None
@@ -136,7 +142,13 @@ class Daemon:
         try:
             if self.settings.metrics_address:
                 status_server = StatusServer(self.settings.metrics_address, self.status)
-                status_server.start()
+                try:
+                    status_server.start()
+                except OSError as exc:
+                    log.error("cannot serve /metrics on %s (%s): choose a free address with --metrics-address",
+                              self.settings.metrics_address, exc.strerror or exc)
+                    status_server = None
+                    return 2
                 self.status_port = status_server.port
             self._watcher = watcher
             self._socket_wd = watcher.add_watch(self.socket_dir, DIR_EVENTS)
@@ -146,17 +158,25 @@ class Daemon:
             self.state.set_devices(policy.advertised_devices(self.gpus, self.settings))
             self._sync_cdi()
             if self.monitor is not None and self.gpus:
-                self.monitor.start(self.gpus, self._report_health)
+                try:
+                    self.monitor.start(self.gpus, self._report_health)
+                except OSError as exc:
+                    log.error("cannot start health monitoring: %s (check --simulated-health-dir / --host-root)", exc)
+                    self.monitor = None
+                    return 2
             if self.state.devices() and self._serve():
                 self._try_register()
             else:
                 log.warning("no GPUs to advertise: not registering %s; waiting (stop with SIGTERM)", self.resource)
+                # nothing to register, so nothing to wait for: a GPU-less node must not hold up boot
+                sdnotify.notify("READY=1\nSTATUS=no GPUs on this node; nothing registered", self._environ)
             watchdog = sdnotify.watchdog_interval(self._environ)
             next_ping = time.monotonic()
             while not self._stop.is_set():
                 now = time.monotonic()
                 deadlines = [t for t in (self._retry_at, next_ping if watchdog else None) if t is not None]
                 timeout = max(0.0, min(deadlines) - now) if deadlines else None
+                self.stats.loop_wakeups += 1
                 for key, _ in selector.select(timeout):
                     if key.data == "wake":
                         _drain(self._wake_r)
@@ -166,7 +186,10 @@ class Daemon:
                     self._reload_requested.clear()
                     self._reload()
                 if self._retry_at is not None and time.monotonic() >= self._retry_at and not self._stop.is_set():
-                    self._try_register()
+                    if self._needs_resync:
+                        self._resync()
+                    else:
+                        self._try_register()
                 if watchdog and time.monotonic() >= next_ping:
                     if self.alive():
                         sdnotify.notify("WATCHDOG=1", self._environ)
@@ -199,7 +222,8 @@ class Daemon:
             return None
         try:
             # Watch the directory: editors and ConfigMap updates replace the file rather than write it.
-            return watcher.add_watch(os.path.dirname(os.path.abspath(path)), FILE_EVENTS)
+            # IN_MASK_ADD: when the config shares the socket directory, keep that watch's events too
+            return watcher.add_watch(os.path.dirname(os.path.abspath(path)), FILE_EVENTS | inotify.IN_MASK_ADD)
         except OSError as exc:
             log.warning("cannot watch %s for changes (%s); reload with SIGHUP", path, exc)
             return None
@@ -218,16 +242,23 @@ class Daemon:
                 elif (event.name == self.endpoint and event.mask & (inotify.IN_DELETE | inotify.IN_MOVED_FROM)
                       and self.server is not None and not self.server.owns_socket()):
                     self._on_socket_lost()
-            if config_wd is not None and event.wd == config_wd and event.name == config_name:
+            # ConfigMap volumes swap a `..data` symlink instead of touching the file itself
+            if config_wd is not None and event.wd == config_wd and event.mask & FILE_EVENTS and (
+                    event.name == config_name or event.name.startswith("..")):
                 self._reload_requested.set()
 
     def _resync(self) -> None:
         """Work out from the files what the lost events would have said."""
         log.warning("socket directory events were lost or the directory was removed: re-checking %s",
                     self.socket_dir)
-        if not os.path.isdir(self.socket_dir) or self._socket_wd is None:
+        self._needs_resync = False
+        try:
             os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
-        self._socket_wd = self._watcher.add_watch(self.socket_dir, DIR_EVENTS)
+            self._socket_wd = self._watcher.add_watch(self.socket_dir, DIR_EVENTS | inotify.IN_MASK_ADD)
+        except OSError as exc:
+            self._needs_resync = True
+            self._schedule_retry(f"cannot watch {self.socket_dir} ({exc})")
+            return
         if not self.state.devices():
             return
         if self.server is None or not self.server.owns_socket():
@@ -238,7 +269,8 @@ class Daemon:
     def _on_kubelet_started(self) -> None:
         if not self.state.devices():
             return
-        self.stats.kubelet_restarts += 1
+        if self.stats.registrations:
+            self.stats.kubelet_restarts += 1  # the kubelet's first appearance is not a restart
         if self.stats.registered and _identity(self.kubelet_socket) == self._registered_with:
             return  # our socket's deletion already led us to register with this very kubelet
         log.info("kubelet socket %s (re)created: registering again", self.kubelet_socket)
@@ -340,12 +372,13 @@ class Daemon:
 
     def status(self) -> Status:
         states = self.state.snapshot()[1]
+        server = self.server  # _serve may swap it from the main loop while /healthz reads
         healthy = sum(1 for _, ok, _ in states if ok)
         stats = self.stats
         return Status(
             version=__version__, backend=self.gpus[0].backend if self.gpus else "none", resource=self.resource,
             healthy_devices=healthy, unhealthy_devices=len(states) - healthy, registered=stats.registered,
-            streams=self.server.servicer.streams if self.server is not None else 0,
+            streams=server.servicer.streams if server is not None else 0,
             monitor_alive=self.monitor is None or not self.gpus or self.monitor.alive(),
             registrations=stats.registrations, registration_failures=stats.registration_failures,
             kubelet_restarts=stats.kubelet_restarts, allocations=stats.allocations,
@@ -385,9 +418,10 @@ class Daemon:
             return
         try:
             new = self._reload_settings()
-        except ConfigError as exc:
+        except Exception as exc:
             self.stats.config_rejections += 1
-            log.error("configuration change rejected, keeping the last good one: %s", exc)
+            reason = exc if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
+            log.error("configuration change rejected, keeping the last good one: %s", reason)
             return
         if new == self.settings:
             return
@@ -397,13 +431,17 @@ class Daemon:
         """Switch to `new`; keeps the registration when the resource name stays the same."""
         old_resource = self.resource
         self.stats.config_reloads += 1
-        needs_rediscovery = (new.device_discovery_strategy, new.simulated_gpus, new.host_root) != (
-            self.settings.device_discovery_strategy, self.settings.simulated_gpus, self.settings.host_root)
-        if needs_rediscovery or new.kubelet_socket != self.settings.kubelet_socket:
-            log.warning("configuration change to discovery or kubelet socket needs a restart; keeping the "
-                        "running values of those and applying the rest")
-            new = _keep_fields(new, self.settings, ("device_discovery_strategy", "simulated_gpus",
-                                                    "host_root", "kubelet_socket", "simulated_health_dir"))
+        changed = [f for f in RESTART_FIELDS if getattr(new, f) != getattr(self.settings, f)]
+        if changed:
+            log.warning("configuration change to %s needs a restart (systemctl restart gpu-device-plugin); "
+                        "keeping their running values and applying the rest", ", ".join(changed))
+            new = _keep_fields(new, self.settings, changed)
+        if new.log_level != self.settings.log_level:
+            logging.getLogger().setLevel(new.log_level.upper())
+        if self._cdi_written and (new.cdi_kind, new.cdi_spec_dir) != (self.settings.cdi_kind,
+                                                                      self.settings.cdi_spec_dir):
+            cdi.remove_spec(self.settings.cdi_spec_dir, self.settings.cdi_kind)  # the old kind's spec goes
+            self._cdi_written = False
         self.settings = new
         self.resource = policy.resource_name(new)
         self.state.set_devices(policy.advertised_devices(self.gpus, new))

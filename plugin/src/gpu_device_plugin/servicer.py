@@ -41,13 +41,16 @@ class DevicePluginServicer:
             self.streams += 1
         try:
             seen = -1
-            while not self._stopped.is_set() and context.is_active():
+            while True:
+                token = self._state.wake_token()  # before the checks: a stop right after them still wakes us
+                if self._stopped.is_set() or not context.is_active():
+                    return
                 version, states = self._state.snapshot()
                 if version != seen:
                     seen = version
                     yield _list_response(states)
                     continue
-                self._state.wait_for_change(seen)
+                self._state.wait_for_change(seen, token)
         finally:
             with self._streams_lock:
                 self.streams -= 1

@@ -65,11 +65,15 @@ class DeviceState:
         with self._cond:
             return self._version, device_states(self._devices, self._health)
 
-    def wait_for_change(self, seen_version: int, timeout: float | None = None) -> bool:
-        """Block until the version differs from `seen_version` or the state is woken/closed."""
+    def wake_token(self) -> int:
+        """Take this before checking whether to keep waiting; a wake() after it ends the wait."""
         with self._cond:
-            wakes = self._wakes
-            return self._cond.wait_for(lambda: self._version != seen_version or self._wakes != wakes, timeout)
+            return self._wakes
+
+    def wait_for_change(self, seen_version: int, token: int, timeout: float | None = None) -> bool:
+        """Block until the version differs from `seen_version` or wake() ran since `token` was taken."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._version != seen_version or self._wakes != token, timeout)
 
     def wake(self) -> None:
         """Wake all waiters (a stream whose RPC ended re-checks and leaves)."""

@@ -27,6 +27,9 @@ from .policy import GOOD, DeviceState, Observation, XidPolicy, bad, next_state, 
 
 log = logging.getLogger(__name__)
 
+# A monitor loop that has not turned for this long is stuck; the systemd watchdog then restarts us.
+STALL_LIMIT_S = 60.0
+
 # nvmlEventType* bits (nvml.h); fixed by the C API, so plain constants keep the rules pure.
 EVENT_SINGLE_BIT_ECC = 0x1
 EVENT_DOUBLE_BIT_ECC = 0x2
@@ -55,7 +58,7 @@ class NvmlHealthMonitor:
         *,
         recovery_quiet_period_s: float = 60.0,
         wait_timeout_ms: int = 500,
-        check_interval_s: float = 5.0,
+        check_interval_s: float = 1.0,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -68,6 +71,7 @@ class NvmlHealthMonitor:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._beat = time.monotonic()  # last turn of the monitor loop
         self._started = False
         self._gpus: dict[str, Gpu] = {}
         self._states: dict[str, DeviceState] = {}
@@ -91,6 +95,7 @@ class NvmlHealthMonitor:
             return
         if not gpus:
             return
+        self._beat = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="nvml-health", daemon=True)
         self._thread.start()
 
@@ -106,6 +111,8 @@ class NvmlHealthMonitor:
     def alive(self) -> bool:
         if not self._started or self._stop.is_set():
             return False
+        if self._thread is not None and time.monotonic() - self._beat > STALL_LIMIT_S:
+            return False  # the loop is stuck (e.g. a driver call that never returns)
         return self._thread is None or self._thread.is_alive()
 
     # -- the thread ---------------------------------------------------------------------
@@ -123,6 +130,7 @@ class NvmlHealthMonitor:
         next_check = self._clock()
         try:
             while not self._stop.is_set():
+                self._beat = time.monotonic()  # alive() compares against this: a hung call stops it
                 if nvml is None:
                     nvml = self._init_or_mark_all()
                     if nvml is None:
@@ -168,7 +176,7 @@ class NvmlHealthMonitor:
         registered = 0
         for gpu_id in self._gpus:
             try:
-                handle = nvml.nvmlDeviceGetHandleByUUID(gpu_id)
+                handle = nvml.nvmlDeviceGetHandleByUUID(gpu_id.encode())  # bytes: old nvidia-ml-py takes no str
                 supported = self._supported_events(nvml, handle)
                 mask = supported & WANTED_EVENTS
                 if not mask & EVENT_XID_CRITICAL:
@@ -252,7 +260,7 @@ class NvmlHealthMonitor:
     def _query(nvml: Any, gpu_id: str) -> Observation:
         """Handle fetch plus one cheap query: does the GPU answer NVML normally?"""
         try:
-            handle = nvml.nvmlDeviceGetHandleByUUID(gpu_id)
+            handle = nvml.nvmlDeviceGetHandleByUUID(gpu_id.encode())  # bytes: old nvidia-ml-py takes no str
             nvml.nvmlDeviceGetMemoryInfo(handle)
         except Exception as exc:
             if is_nvml_error(nvml, exc, "NVML_ERROR_NOT_SUPPORTED"):
@@ -274,8 +282,8 @@ class NvmlHealthMonitor:
         if new.healthy == old.healthy:
             return
         if new.healthy:
-            log.info("GPU %s is Healthy again: it answered NVML normally for %.0f s",
+            log.debug("GPU %s is Healthy again: it answered NVML normally for %.0f s",
                      gpu_id, self._quiet_period_s)
         else:
-            log.warning("GPU %s is Unhealthy: %s", gpu_id, new.reason)
+            log.debug("GPU %s is Unhealthy: %s", gpu_id, new.reason)  # the daemon logs the change
         self._report(gpu_id, Health(new.healthy, new.reason))

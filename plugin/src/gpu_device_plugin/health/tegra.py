@@ -40,6 +40,9 @@ from .policy import GOOD, DeviceState, Observation, XidPolicy, bad, next_state, 
 
 log = logging.getLogger(__name__)
 
+# A monitor loop that has not turned for this long is stuck; the systemd watchdog then restarts us.
+STALL_LIMIT_S = 60.0
+
 # ---------------------------------------------------------------------------------------
 # Kernel log classification (pure)
 
@@ -190,7 +193,7 @@ class TegraHealthMonitor:
         kmsg_path: str | None = None,
         recovery_quiet_period_s: float = 60.0,
         *,
-        recheck_interval_s: float = 5.0,
+        recheck_interval_s: float = 1.0,
         file_poll_interval_s: float = 0.2,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -208,6 +211,7 @@ class TegraHealthMonitor:
         self._report: Report = lambda gpu_id, health: None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._beat = time.monotonic()  # last turn of the monitor loop
         self._started = False
         self._stopped = threading.Event()
         self._wake_r, self._wake_w = -1, -1
@@ -244,6 +248,7 @@ class TegraHealthMonitor:
         self._open_kmsg()
         self._setup_watches()
         self._recheck()  # a node missing at start is reported before start returns
+        self._beat = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="tegra-health", daemon=True)
         self._thread.start()
 
@@ -262,6 +267,8 @@ class TegraHealthMonitor:
     def alive(self) -> bool:
         if not self._started or self._stopped.is_set():
             return False
+        if self._thread is not None and time.monotonic() - self._beat > STALL_LIMIT_S:
+            return False  # the loop is stuck (e.g. a driver call that never returns)
         return self._thread is None or self._thread.is_alive()
 
     # -- the thread ---------------------------------------------------------------------
@@ -275,6 +282,7 @@ class TegraHealthMonitor:
     def _loop(self) -> None:
         next_recheck = time.monotonic() + self._recheck_interval_s
         while not self._stopped.is_set():
+            self._beat = time.monotonic()  # alive() compares against this: a hung call stops it
             timeout = max(0.0, next_recheck - time.monotonic())
             readable = [self._wake_r]
             if self._inotify is not None:
@@ -425,10 +433,10 @@ class TegraHealthMonitor:
         if new.healthy == old.healthy:
             return
         if new.healthy:
-            log.info("GPU %s is Healthy again: nodes present and no nvgpu errors for %.0f s",
+            log.debug("GPU %s is Healthy again: nodes present and no nvgpu errors for %.0f s",
                      gpu_id, self._quiet_period_s)
         else:
-            log.warning("GPU %s is Unhealthy: %s", gpu_id, new.reason)
+            log.debug("GPU %s is Unhealthy: %s", gpu_id, new.reason)  # the daemon logs the change
         self._report(gpu_id, Health(new.healthy, new.reason))
 
     def _close_files(self) -> None:
