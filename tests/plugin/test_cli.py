@@ -19,13 +19,29 @@ SRC = Path(__file__).resolve().parents[2] / "plugin" / "src"
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_plugins() -> Iterator[None]:
+    """A failing test must not leave a plugin process running."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
     full_env = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
     for name in ("DEVICE_DISCOVERY_STRATEGY", "CONFIG_FILE", "KUBELET_SOCKET", "SIMULATED_GPUS"):
         if env is None or name not in env:
             full_env.pop(name, None)
-    return subprocess.Popen([sys.executable, "-m", "gpu_device_plugin", *args], env=full_env,
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_device_plugin", *args], env=full_env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    _STARTED.append(proc)
+    return proc
 
 
 @pytest.fixture()
