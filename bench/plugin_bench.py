@@ -71,6 +71,7 @@ def main() -> None:
     kubelet = KubeletDouble(socket_dir)
     kubelet.start()
     starts, restarts, health = [], [], []
+    proc: subprocess.Popen | None = None
     try:
         for _ in range(args.rounds):  # start to registered, fresh process each time
             count = len(kubelet.registrations)
@@ -109,6 +110,9 @@ def main() -> None:
         proc.terminate()
         proc.wait(10)
     finally:
+        if proc is not None and proc.poll() is None:  # a failed measurement leaves no plugin behind
+            proc.kill()
+            proc.wait(5)
         kubelet.stop()
         shutil.rmtree(socket_dir, ignore_errors=True)
     ms = 1000
