@@ -193,3 +193,13 @@ def test_non_utf8_config_file_exits_2_naming_it(socket_dir: str, tmp_path: Path)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 2
     assert f"config file {bad}: not UTF-8 text" in err
+
+
+def test_unusable_kubelet_directory_is_a_clear_start_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = run_cli("--device-discovery-strategy", "simulated", "--simulated-gpus", "1",
+                   "--kubelet-socket", f"{blocker}/device-plugins/kubelet.sock")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2, err
+    assert "cannot use the kubelet's socket directory" in err and "Traceback" not in err

@@ -135,7 +135,6 @@ class Daemon:
             signal.signal(signal.SIGTERM, lambda *_: self.stop())
             signal.signal(signal.SIGINT, lambda *_: self.stop())
             signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
-        os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
         watcher = inotify.Inotify()
         selector = selectors.DefaultSelector()
         status_server = None
@@ -151,7 +150,13 @@ class Daemon:
                     return 2
                 self.status_port = status_server.port
             self._watcher = watcher
-            self._socket_wd = watcher.add_watch(self.socket_dir, DIR_EVENTS)
+            try:
+                os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
+                self._socket_wd = watcher.add_watch(self.socket_dir, DIR_EVENTS)
+            except OSError as exc:
+                log.error("cannot use the kubelet's socket directory %s (%s): check --kubelet-socket and that "
+                          "the plugin runs as root", self.socket_dir, exc.strerror or exc)
+                return 2
             config_wd = self._watch_config(watcher)
             selector.register(watcher.fileno(), selectors.EVENT_READ, "inotify")
             selector.register(self._wake_r, selectors.EVENT_READ, "wake")
@@ -164,8 +169,9 @@ class Daemon:
                     log.error("cannot start health monitoring: %s (check --simulated-health-dir / --host-root)", exc)
                     self.monitor = None
                     return 2
-            if self.state.devices() and self._serve():
-                self._try_register()
+            if self.state.devices():
+                if self._serve():  # on failure a retry is already scheduled
+                    self._try_register()
             else:
                 log.warning("no GPUs to advertise: not registering %s; waiting (stop with SIGTERM)", self.resource)
                 # nothing to register, so nothing to wait for: a GPU-less node must not hold up boot
