@@ -74,3 +74,15 @@ def test_listener_reports_live_state_of_the_running_daemon() -> None:
     finally:
         kubelet.stop()
         shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+def test_an_address_without_host_listens_on_loopback_only() -> None:
+    from gpu_device_plugin.observability import StatusServer
+
+    server = StatusServer(":0", lambda: SERVING)
+    server.start()
+    try:
+        assert server.host == "127.0.0.1"
+        assert get(f"http://127.0.0.1:{server.port}/healthz") == (200, "ok\n")
+    finally:
+        server.stop()

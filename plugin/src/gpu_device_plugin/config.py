@@ -207,7 +207,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("host_root", "--host-root", "HOST_ROOT", ("flags", "plugin", "hostRoot"), _abs_path,
            "read sysfs, device tree and /dev under this prefix (for containers and tests)", "PATH"),
     Option("metrics_address", "--metrics-address", "METRICS_ADDRESS", ("flags", "plugin", "metricsAddress"),
-           _address, "serve /healthz and /metrics on HOST:PORT, e.g. 127.0.0.1:9402 (off when empty)", "HOST:PORT"),
+           _address, "serve /healthz and /metrics on HOST:PORT, e.g. 127.0.0.1:9402; :9402 means loopback (off when empty)", "HOST:PORT"),
     Option("health_recovery_period", "--health-recovery-period", "HEALTH_RECOVERY_PERIOD",
            ("flags", "plugin", "healthRecoveryPeriod"), _seconds,
            "how long an unhealthy GPU must behave before it is Healthy again", "DURATION"),
