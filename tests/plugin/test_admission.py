@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Iterator
 
 import pytest
 from gpu_device_plugin.config import TimeSlicing
 from gpu_device_plugin.health.simulated import SimulatedHealthMonitor
-from helpers import run_simulated, short_tempdir
+from helpers import run_simulated
 from kubelet_double import Insufficient, KubeletDouble
-
-
-@pytest.fixture()
-def socket_dir() -> Iterator[str]:
-    path = short_tempdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture()
-def kubelet(socket_dir: str) -> Iterator[KubeletDouble]:
-    double = KubeletDouble(socket_dir)
-    double.start()
-    yield double
-    double.stop()
 
 
 def test_one_gpu_with_four_replicas_admits_four_pods_and_refuses_the_fifth(socket_dir: str,

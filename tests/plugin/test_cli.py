@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import short_tempdir
 from kubelet_double import KubeletDouble
 
 SRC = Path(__file__).resolve().parents[2] / "plugin" / "src"
@@ -42,15 +41,6 @@ def run_cli(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.P
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
     _STARTED.append(proc)
     return proc
-
-
-@pytest.fixture()
-def socket_dir() -> Iterator[str]:
-    path = short_tempdir()
-    yield path
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_sigterm_stops_serving_removes_the_socket_and_exits_zero(socket_dir: str) -> None:

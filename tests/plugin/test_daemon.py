@@ -5,28 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
 
 import grpc
 import pytest
 from gpu_device_plugin.health.simulated import SimulatedHealthMonitor
-from helpers import run_simulated, short_tempdir
+from helpers import run_simulated
 from kubelet_double import KubeletDouble
-
-
-@pytest.fixture()
-def socket_dir() -> Iterator[str]:
-    path = short_tempdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture()
-def kubelet(socket_dir: str) -> Iterator[KubeletDouble]:
-    double = KubeletDouble(socket_dir)
-    double.start()
-    yield double
-    double.stop()
 
 
 def test_registers_resource_and_streams_every_device_healthy(socket_dir: str, kubelet: KubeletDouble) -> None:

@@ -115,16 +115,6 @@ class Node:
 
 
 @pytest.fixture
-def socket_dir() -> Iterator[str]:
-    # Unix socket paths must stay under 108 bytes; pytest's tmp_path can be longer.
-    path = tempfile.mkdtemp(prefix="gdp-check-", dir="/tmp")
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
 def nano(tmp_path: Path, socket_dir: str) -> Iterator[Node]:
     """A Jetson Nano set up as the image sets it up, with the kubelet and our plugin listening."""
     root = tmp_path / "root"

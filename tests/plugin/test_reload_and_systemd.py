@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from gpu_device_plugin import config
 from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
-from helpers import RunningDaemon, short_tempdir
+from helpers import RunningDaemon
 from kubelet_double import KubeletDouble
 
 SLICED = """version: v1
@@ -30,13 +27,6 @@ sharing:
     - name: nvidia.com/gpu
       replicas: {replicas}
 """
-
-
-@pytest.fixture()
-def socket_dir() -> Iterator[str]:
-    path = short_tempdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def write_config(path: Path, socket_dir: str, replicas: int, rename: str = "false") -> None:
