@@ -13,6 +13,7 @@ from gpu_device_plugin.config import Settings
 from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from gpu_device_plugin.health.base import HealthMonitor
+from gpu_device_plugin.model import Health
 
 
 def short_tempdir() -> str:
@@ -53,3 +54,22 @@ def cleanup(path: str) -> Iterator[None]:
         yield
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+class Reports:
+    """Thread-safe record of a monitor's report(gpu_id, health) calls."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls: list[tuple[str, Health]] = []
+
+    def __call__(self, gpu_id: str, health: Health) -> None:
+        with self._lock:
+            self.calls.append((gpu_id, health))
+
+    def states(self) -> list[tuple[str, bool]]:
+        with self._lock:
+            return [(gpu_id, health.healthy) for gpu_id, health in self.calls]
+
+    def healthy_flags(self) -> list[bool]:
+        return [healthy for _, healthy in self.states()]

@@ -27,6 +27,7 @@ from gpu_device_plugin.health.policy import (
     xid_policy_from_env,
 )
 from gpu_device_plugin.model import Gpu, Health
+from helpers import Reports
 
 # -- the Xid policy (pure) ------------------------------------------------------------------
 
@@ -152,20 +153,6 @@ class FakeClock:
         self.now += seconds
 
 
-class Reports:
-    """Thread-safe record of report(gpu_id, health) calls."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.calls: list[tuple[str, Health]] = []
-
-    def __call__(self, gpu_id: str, health: Health) -> None:
-        with self._lock:
-            self.calls.append((gpu_id, health))
-
-    def states(self) -> list[tuple[str, bool]]:
-        with self._lock:
-            return [(gpu_id, health.healthy) for gpu_id, health in self.calls]
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
@@ -411,7 +398,7 @@ def test_alive_is_false_when_the_thread_died(running) -> None:
 
 
 def test_a_driver_call_that_never_returns_makes_the_monitor_report_not_alive(monkeypatch) -> None:
-    import gpu_device_plugin.health.nvml as nvml_health
+    import gpu_device_plugin.health.base as health_base
 
     nvml = FakeNvml(make_gpus(1))
     gpus = NvmlBackend("/nonexistent", nvml).discover()
@@ -427,7 +414,7 @@ def test_a_driver_call_that_never_returns_makes_the_monitor_report_not_alive(mon
     try:
         wait_for(lambda: nvml.wait_calls > 0, what="the monitor waits for events")
         assert monitor.alive()
-        monkeypatch.setattr(nvml_health, "STALL_LIMIT_S", 0.3)
+        monkeypatch.setattr(health_base, "STALL_LIMIT_S", 0.3)
         monkeypatch.setattr(nvml, "nvmlEventSetWait", hung_wait)
         wait_for(lambda: not monitor.alive(), what="a stuck monitor loop noticed")
     finally:

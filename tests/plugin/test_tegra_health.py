@@ -24,6 +24,7 @@ from gpu_device_plugin.health.tegra import (
     parse_kmsg_record,
 )
 from gpu_device_plugin.model import Gpu, Health
+from helpers import Reports
 
 NANO = "57000000.gpu"
 
@@ -202,18 +203,6 @@ def test_only_control_nodes_are_opened_session_and_engine_nodes_are_not(
 NODES = ("/dev/nvhost-ctrl-gpu", "/dev/nvhost-gpu", "/dev/nvmap", "/dev/nvgpu/igpu0/ctrl")
 
 
-class Reports:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.calls: list[tuple[str, Health]] = []
-
-    def __call__(self, gpu_id: str, health: Health) -> None:
-        with self._lock:
-            self.calls.append((gpu_id, health))
-
-    def healthy_flags(self) -> list[bool]:
-        with self._lock:
-            return [health.healthy for _, health in self.calls]
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> float:

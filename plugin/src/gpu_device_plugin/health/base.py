@@ -7,6 +7,8 @@ recovery). `report` is thread-safe and cheap; a monitor may call it from its own
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -27,3 +29,17 @@ class HealthMonitor(Protocol):
     def alive(self) -> bool:
         """False when the monitor's loop has died (the systemd watchdog stops pinging)."""
         ...
+
+
+# A monitor loop that has not turned for this long is stuck; the systemd watchdog then restarts us.
+STALL_LIMIT_S = 60.0
+
+
+def loop_alive(started: bool, stopping: bool, thread: threading.Thread | None, last_beat: float) -> bool:
+    """The liveness rule every threaded monitor shares: started, not stopping, its thread running
+    and its loop turning (a driver call that never returns stops the beat)."""
+    if not started or stopping:
+        return False
+    if thread is None:
+        return True
+    return time.monotonic() - last_beat <= STALL_LIMIT_S and thread.is_alive()

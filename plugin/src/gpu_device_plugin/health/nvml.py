@@ -22,13 +22,10 @@ from typing import Any
 from ..discovery.base import DiscoveryError
 from ..discovery.nvml import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from ..model import Gpu, Health
-from .base import Report
+from .base import Report, loop_alive
 from .policy import GOOD, DeviceState, Observation, XidPolicy, bad, next_state, xid_policy_from_env
 
 log = logging.getLogger(__name__)
-
-# A monitor loop that has not turned for this long is stuck; the systemd watchdog then restarts us.
-STALL_LIMIT_S = 60.0
 
 # nvmlEventType* bits (nvml.h); fixed by the C API, so plain constants keep the rules pure.
 EVENT_SINGLE_BIT_ECC = 0x1
@@ -109,11 +106,7 @@ class NvmlHealthMonitor:
                 log.warning("NVML health thread did not stop within %.1f s", limit)
 
     def alive(self) -> bool:
-        if not self._started or self._stop.is_set():
-            return False
-        if self._thread is not None and time.monotonic() - self._beat > STALL_LIMIT_S:
-            return False  # the loop is stuck (e.g. a driver call that never returns)
-        return self._thread is None or self._thread.is_alive()
+        return loop_alive(self._started, self._stop.is_set(), self._thread, self._beat)
 
     # -- the thread ---------------------------------------------------------------------
 

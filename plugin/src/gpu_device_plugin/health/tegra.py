@@ -35,13 +35,10 @@ from dataclasses import dataclass
 
 from .. import inotify
 from ..model import Gpu, Health
-from .base import Report
+from .base import Report, loop_alive
 from .policy import GOOD, DeviceState, Observation, XidPolicy, bad, next_state, xid_policy_from_env
 
 log = logging.getLogger(__name__)
-
-# A monitor loop that has not turned for this long is stuck; the systemd watchdog then restarts us.
-STALL_LIMIT_S = 60.0
 
 # ---------------------------------------------------------------------------------------
 # Kernel log classification (pure)
@@ -265,11 +262,7 @@ class TegraHealthMonitor:
             self._close_files()
 
     def alive(self) -> bool:
-        if not self._started or self._stopped.is_set():
-            return False
-        if self._thread is not None and time.monotonic() - self._beat > STALL_LIMIT_S:
-            return False  # the loop is stuck (e.g. a driver call that never returns)
-        return self._thread is None or self._thread.is_alive()
+        return loop_alive(self._started, self._stopped.is_set(), self._thread, self._beat)
 
     # -- the thread ---------------------------------------------------------------------
 
