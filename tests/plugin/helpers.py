@@ -6,7 +6,8 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from gpu_device_plugin.config import Settings
@@ -73,3 +74,10 @@ class Reports:
 
     def healthy_flags(self) -> list[bool]:
         return [healthy for _, healthy in self.states()]
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 2.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()

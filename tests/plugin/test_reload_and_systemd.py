@@ -11,7 +11,7 @@ from pathlib import Path
 from gpu_device_plugin import config
 from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
-from helpers import RunningDaemon
+from helpers import RunningDaemon, wait_until
 from kubelet_double import KubeletDouble
 
 SLICED = """version: v1
@@ -43,13 +43,6 @@ def daemon_from_file(path: Path) -> Daemon:
 
     settings = reload()
     return Daemon(settings, SimulatedBackend(2).discover(), None, reload_settings=reload, environ={})
-
-
-def wait_until(predicate, timeout: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return predicate()
 
 
 def test_valid_change_is_applied_without_dropping_registration(socket_dir: str, kubelet: KubeletDouble) -> None:

@@ -325,6 +325,7 @@ class Daemon:
             return  # inotify tells us when it appears
         started = time.monotonic()
         kubelet_identity = _identity(self.kubelet_socket)
+        self.server.servicer.expect_kubelet()
         try:
             register(self.kubelet_socket, self.endpoint, self.resource)
         except RegistrationError as exc:

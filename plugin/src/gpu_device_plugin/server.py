@@ -9,10 +9,13 @@ from concurrent import futures
 import grpc
 
 from .api import pb, rpc
-from .servicer import DevicePluginServicer
+from .servicer import MAX_STREAMS, DevicePluginServicer
 
-# ListAndWatch holds a thread per open stream; the kubelet keeps one (two briefly on re-dial).
-MAX_WORKERS = 4
+# ListAndWatch holds a worker per open stream; the kubelet keeps one. Streams are capped
+# (servicer.StreamSlots, MAX_STREAMS) and the pool has room for them plus the unary calls,
+# so Allocate, GetPreferredAllocation and the watchdog's self-probe always find a worker.
+UNARY_WORKERS = 4
+MAX_WORKERS = MAX_STREAMS + UNARY_WORKERS
 
 
 class RegistrationError(Exception):

@@ -16,16 +16,72 @@ from .state import DeviceState
 
 log = logging.getLogger(__name__)
 
+MAX_STREAMS = 2  # the kubelet's stream, and one more (a re-dial overlapping, or a debugging client)
+
+
+class StreamSlots:
+    """Which ListAndWatch streams may hold a gRPC worker: at most `limit` at once.
+
+    Each open stream holds a worker for its whole life, so the cap is what leaves the
+    unary calls (Allocate, the watchdog's self-probe) their workers. The first stream after
+    `expect_kubelet()` is the kubelet dialling back from Register: it is always admitted
+    and ends every older stream, which belonged to an earlier registration or to another
+    local client; any other stream beyond the cap is refused.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._open: dict[int, threading.Event] = {}  # stream number -> "end now" flag
+        self._next = 0
+        self._kubelet_expected = False
+
+    def expect_kubelet(self) -> None:
+        with self._lock:
+            self._kubelet_expected = True
+
+    def admit(self) -> tuple[int, threading.Event] | None:
+        """A slot for a new stream (its number and its "end now" flag), or None when refused."""
+        with self._lock:
+            replaces_all = self._kubelet_expected
+            if not replaces_all and len(self._open) >= self.limit:
+                return None
+            self._kubelet_expected = False
+            if replaces_all:
+                for end in self._open.values():
+                    end.set()
+            self._next += 1
+            end = threading.Event()
+            self._open[self._next] = end
+            return self._next, end
+
+    def release(self, number: int) -> None:
+        with self._lock:
+            self._open.pop(number, None)
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return len(self._open)
+
 
 class DevicePluginServicer:
     def __init__(self, state: DeviceState, settings: Callable[[], Settings],
-                 on_allocate: Callable[[list[str]], None] | None = None) -> None:
+                 on_allocate: Callable[[list[str]], None] | None = None, max_streams: int = MAX_STREAMS) -> None:
         self._state = state
         self._settings = settings
         self._on_allocate = on_allocate or (lambda ids: None)
         self._stopped = threading.Event()
-        self.streams = 0  # open ListAndWatch streams (for /healthz)
-        self._streams_lock = threading.Lock()
+        self._slots = StreamSlots(max_streams)
+
+    @property
+    def streams(self) -> int:
+        """Open ListAndWatch streams (for /healthz)."""
+        return self._slots.count
+
+    def expect_kubelet(self) -> None:
+        """Called just before Register: the kubelet's stream that follows replaces older ones."""
+        self._slots.expect_kubelet()
 
     def stop(self) -> None:
         """End every open ListAndWatch stream (server shutdown or kubelet restart)."""
@@ -36,14 +92,21 @@ class DevicePluginServicer:
         return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
     def ListAndWatch(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        slot = self._slots.admit()
+        if slot is None:
+            log.warning("refused a ListAndWatch stream: %d are open already (the kubelet keeps one)",
+                        self._slots.limit)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"{self._slots.limit} ListAndWatch streams are open already; close one first")
+            return
+        number, end = slot
         context.add_callback(self._state.wake)  # RPC ended: wake our wait so the thread leaves
-        with self._streams_lock:
-            self.streams += 1
+        self._state.wake()  # streams this one replaces sleep in wait_for_change: let them see `end`
         try:
             seen = -1
             while True:
                 token = self._state.wake_token()  # before the checks: a stop right after them still wakes us
-                if self._stopped.is_set() or not context.is_active():
+                if self._stopped.is_set() or end.is_set() or not context.is_active():
                     return
                 version, states = self._state.snapshot()
                 if version != seen:
@@ -52,8 +115,7 @@ class DevicePluginServicer:
                     continue
                 self._state.wait_for_change(seen, token)
         finally:
-            with self._streams_lock:
-                self.streams -= 1
+            self._slots.release(number)
 
     def GetPreferredAllocation(self, request: Any, context: grpc.ServicerContext) -> Any:
         devices = self._state.by_id()
