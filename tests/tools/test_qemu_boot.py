@@ -186,6 +186,10 @@ def test_guest_that_exits_before_ssh_is_reported_at_once(guest, tmp_path: Path) 
     assert "FIXTURE-POWEROFF" in config.console_log.read_text(errors="replace")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupted_smoke_test_stops_qemu(guest, tmp_path: Path, sig: signal.Signals) -> None:
     argv = [
@@ -211,7 +215,10 @@ def test_interrupted_smoke_test_stops_qemu(guest, tmp_path: Path, sig: signal.Si
         str(tmp_path),
         "--no-kvm",
     ]
-    task = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A test run started in the background (nohup, `cmd &`, some CI runners) inherits SIGINT
+    # as ignored, and Python then never raises KeyboardInterrupt: give the task a real Ctrl-C.
+    task = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_default_sigint)
     try:
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         logs: list[Path] = []
