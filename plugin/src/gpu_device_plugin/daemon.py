@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from . import __version__, cdi, inotify, policy, sdnotify
+from . import __version__, inotify, policy, sdnotify
 from .api import pb, rpc
+from .cdi_lifecycle import CdiSpecKeeper
 from .config import ConfigError, Settings
 from .health.base import HealthMonitor
 from .model import Gpu, Health
@@ -84,7 +85,7 @@ class Daemon:
         self._retry_at: float | None = None
         self._retry_delay = RETRY_FIRST_S
         self._ready_sent = False
-        self._cdi_written = False
+        self._cdi = CdiSpecKeeper(self.gpus)
         self._watcher: inotify.Inotify
         self._needs_resync = False
         self._socket_wd: int | None = None
@@ -161,7 +162,7 @@ class Daemon:
             selector.register(watcher.fileno(), selectors.EVENT_READ, "inotify")
             selector.register(self._wake_r, selectors.EVENT_READ, "wake")
             self.state.set_devices(policy.advertised_devices(self.gpus, self.settings))
-            self._sync_cdi()
+            self._cdi.sync(self.settings)
             if self.monitor is not None and self.gpus:
                 try:
                     self.monitor.start(self.gpus, self._report_health)
@@ -215,8 +216,6 @@ class Daemon:
                 self.server = None
             if self.monitor is not None:
                 self.monitor.stop()
-            if self._cdi_written:
-                cdi.remove_spec(self.settings.cdi_spec_dir, self.settings.cdi_kind)
             selector.close()
             watcher.close()
             os.close(self._wake_r)
@@ -364,19 +363,6 @@ class Daemon:
     def _allocated(self, ids: list[str]) -> None:
         self.stats.allocations += 1
 
-    def _sync_cdi(self) -> None:
-        """Keep the CDI spec on disk in step with what Allocate names (written or removed)."""
-        if not cdi.cdi_enabled(self.settings) and not self._cdi_written:
-            return
-        try:
-            path = cdi.sync_spec(self.gpus, self.settings)
-        except (OSError, ValueError) as exc:
-            log.error("CDI spec not written, containers asking for CDI devices will fail: %s", exc)
-            return
-        self._cdi_written = path is not None
-        if path:
-            log.info("CDI spec for %s written to %s", self.settings.cdi_kind, path)
-
     def status(self) -> Status:
         states = self.state.snapshot()[1]
         server = self.server  # _serve may swap it from the main loop while /healthz reads
@@ -445,14 +431,10 @@ class Daemon:
             new = _keep_fields(new, self.settings, changed)
         if new.log_level != self.settings.log_level:
             logging.getLogger().setLevel(new.log_level.upper())
-        if self._cdi_written and (new.cdi_kind, new.cdi_spec_dir) != (self.settings.cdi_kind,
-                                                                      self.settings.cdi_spec_dir):
-            cdi.remove_spec(self.settings.cdi_spec_dir, self.settings.cdi_kind)  # the old kind's spec goes
-            self._cdi_written = False
+        self._cdi.switch(self.settings, new)
         self.settings = new
         self.resource = policy.resource_name(new)
         self.state.set_devices(policy.advertised_devices(self.gpus, new))
-        self._sync_cdi()
         log.info("configuration reloaded: %s, %d devices", self.resource, len(self.state.devices()))
         if self.resource != old_resource and self.state.devices():
             if self.server is not None:
