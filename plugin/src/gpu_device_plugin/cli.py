@@ -167,6 +167,10 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
     for gpu in gpus:
         log.info("discovered GPU %d: %s (%s) nodes=%s", gpu.index, gpu.name, gpu.id,
                  ",".join(gpu.device_nodes) or "-")
+    conflict = config.backend_conflict(settings, choice.backend.name) if gpus and choice.backend else None
+    if conflict:
+        log.error("%s", conflict)
+        return 2
     monitor = make_monitor(settings, choice.backend.name) if gpus and choice.backend else None
 
     def reload() -> Settings:

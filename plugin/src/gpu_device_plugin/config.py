@@ -382,7 +382,27 @@ def validate(settings: Settings, origin: Mapping[str, str] | None = None) -> Set
             f"{where('simulated_gpus')} only applies to --device-discovery-strategy simulated "
             f"(strategy is {settings.device_discovery_strategy})"
         )
+    if settings.device_discovery_strategy == "nvml":
+        conflict = backend_conflict(settings, "nvml")
+        if conflict:
+            raise ConfigError(conflict.replace(_BY_ATTR["device_list_strategy"].flag,
+                                               where("device_list_strategy"), 1))
     return settings
+
+
+def backend_conflict(settings: Settings, backend: str) -> str | None:
+    """Why `settings` cannot serve GPUs of `backend` (a one-line error naming the fix), or None.
+
+    CDI specs are written for Jetson and simulated GPUs only: a discrete GPU's container
+    needs the driver's libraries and hooks (what NVIDIA's generated specs carry), and a spec
+    with device nodes alone starts containers in which CUDA fails. Refused, not half-served.
+    """
+    cdi = [s for s in settings.device_list_strategy if s.startswith("cdi-")]
+    if backend != "nvml" or not cdi:
+        return None
+    return (f"{_BY_ATTR['device_list_strategy'].flag} {','.join(cdi)} is not supported for NVML (discrete) GPUs: "
+            "this plugin's CDI spec would carry device nodes but no driver libraries, so CUDA fails in the "
+            "container; use envvar or volume-mounts with the NVIDIA container runtime, which injects the driver")
 
 
 def load(argv_namespace: argparse.Namespace, environ: Mapping[str, str],

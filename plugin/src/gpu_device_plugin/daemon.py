@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from . import __version__, inotify, policy, sdnotify
+from . import __version__, config, inotify, policy, sdnotify
 from .api import pb, rpc
 from .cdi_lifecycle import CdiSpecKeeper
 from .config import ConfigError, Settings
@@ -417,6 +417,11 @@ class Daemon:
             log.error("configuration change rejected, keeping the last good one: %s", reason)
             return
         if new == self.settings:
+            return
+        conflict = config.backend_conflict(new, self.gpus[0].backend) if self.gpus else None
+        if conflict:
+            self.stats.config_rejections += 1
+            log.error("configuration change rejected, keeping the last good one: %s", conflict)
             return
         self.apply_settings(new)
 
