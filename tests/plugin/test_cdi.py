@@ -12,6 +12,7 @@ import pytest
 from gpu_device_plugin import cdi, policy
 from gpu_device_plugin.config import Settings, TimeSlicing
 from gpu_device_plugin.discovery.tegra import TegraBackend
+from gpu_device_plugin.hostpath import host_path_exists
 from gpu_device_plugin.model import Gpu
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -414,15 +415,15 @@ def test_host_path_exists_resolves_links_inside_the_root(tmp_path: Path) -> None
     """Proves links are followed within host_root (not the plugin's own /), dangling links and
     loops count as missing, and '..' cannot climb out of the root."""
     root = nano_host(tmp_path)
-    assert cdi.host_path_exists(str(root), "/usr/lib/aarch64-linux-gnu/libcuda.so")
-    assert cdi.host_path_exists(str(root), "/dev/nvhost-gpu")
-    assert not cdi.host_path_exists(str(root), "/dev/nvhost-nvdla0")
+    assert host_path_exists(str(root), "/usr/lib/aarch64-linux-gnu/libcuda.so")
+    assert host_path_exists(str(root), "/dev/nvhost-gpu")
+    assert not host_path_exists(str(root), "/dev/nvhost-nvdla0")
     (root / "dangling").symlink_to("/nowhere")
     (root / "loop").symlink_to("/loop")
-    assert not cdi.host_path_exists(str(root), "/dangling")
-    assert not cdi.host_path_exists(str(root), "/loop")
-    assert cdi.host_path_exists(str(root), "/../../dev/nvmap")
-    assert not cdi.host_path_exists(str(root), "/../" + tmp_path.name)
+    assert not host_path_exists(str(root), "/dangling")
+    assert not host_path_exists(str(root), "/loop")
+    assert host_path_exists(str(root), "/../../dev/nvmap")
+    assert not host_path_exists(str(root), "/../" + tmp_path.name)
 
 
 def test_read_csv_files_without_the_directory_is_empty(tmp_path: Path) -> None:

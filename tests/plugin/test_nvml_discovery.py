@@ -53,23 +53,15 @@ def test_discover_reports_properties_compute_capability_driver_bus_id_and_brand(
     }
 
 
-def test_device_nodes_are_the_gpu_minor_plus_the_control_nodes_present_under_root(tmp_path: Path) -> None:
-    _dev_tree(tmp_path, "nvidiactl", "nvidia-uvm")  # no nvidia-uvm-tools, no nvidia-modeset
+def test_device_nodes_are_the_gpu_minor_and_control_node_and_the_others_optional(tmp_path: Path) -> None:
+    _dev_tree(tmp_path, "nvidiactl")  # nvidia-uvm appears on the first CUDA use: Allocate checks, not discovery
     nvml = FakeNvml([FakeGpu("GPU-a", minor=3)])
     (gpu,) = NvmlBackend(str(tmp_path), nvml).discover()
-    assert gpu.device_nodes == ("/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm")
-
-
-def test_all_four_control_nodes_are_listed_when_present(tmp_path: Path) -> None:
-    _dev_tree(tmp_path, "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
-    (gpu,) = NvmlBackend(str(tmp_path), FakeNvml([FakeGpu("GPU-a", minor=0)])).discover()
-    assert gpu.device_nodes == (
-        "/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
-    )
+    assert gpu.device_nodes == ("/dev/nvidia3", "/dev/nvidiactl")
+    assert gpu.optional_nodes == ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 
 
 def test_gpu_without_a_minor_number_gets_no_gpu_node_but_keeps_control_nodes(tmp_path: Path) -> None:
-    _dev_tree(tmp_path, "nvidiactl")
     (gpu,) = NvmlBackend(str(tmp_path), FakeNvml([FakeGpu("GPU-a", minor=None)])).discover()
     assert gpu.device_nodes == ("/dev/nvidiactl",)
 

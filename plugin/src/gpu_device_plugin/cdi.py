@@ -2,7 +2,7 @@
 
 Allocate's cdi-cri / cdi-annotations strategies hand the runtime names `<cdi_kind>=<name>`
 (`policy.runtime_id`); this module writes the spec that gives those names meaning. It is
-pure apart from `read_csv_files`, `host_path_exists`, `write_spec`, `remove_spec` and
+pure apart from `read_csv_files`, `write_spec`, `remove_spec` and
 `sync_spec`: GPUs, settings and CSV texts in, a plain dict (the CDI JSON document) out.
 
 Choices, with the why:
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import Settings
+from .hostpath import host_path_exists
 from .model import Gpu
 
 log = logging.getLogger(__name__)
@@ -98,43 +99,6 @@ def read_csv_files(root: str = "/", warn: Warn | None = None) -> dict[str, str]:
             # one unreadable file must not cost the others; the spec is then missing its entries
             warn(f"CDI: cannot read {path} ({exc.strerror}); its entries are left out of the spec")
     return files
-
-
-def host_path_exists(root: str, path: str) -> bool:
-    """Whether `path` exists on the host whose / is mounted at `root`.
-
-    Symlinks are resolved inside `root`: L4T's are often absolute (/usr/local/cuda ->
-    /etc/alternatives/cuda), and following them from the plugin's own / would check the
-    wrong file when the plugin runs in a container with the host at /host.
-    """
-    if root in ("", "/"):
-        return os.path.exists(path)
-    root = os.path.abspath(root)
-    pending = [p for p in path.split("/") if p]
-    resolved: list[str] = []
-    hops = 0
-    while pending:
-        part = pending.pop(0)
-        if part == ".":
-            continue
-        if part == "..":
-            if resolved:
-                resolved.pop()
-            continue
-        candidate = os.path.join(root, *resolved, part)
-        if os.path.islink(candidate):
-            hops += 1
-            if hops > 40:  # the kernel's own limit on links in one lookup (ELOOP)
-                return False
-            target = os.readlink(candidate)
-            if target.startswith("/"):
-                resolved = []
-            pending = [p for p in target.split("/") if p] + pending
-            continue
-        if not os.path.lexists(candidate):
-            return False
-        resolved.append(part)
-    return True
 
 
 # ---------------------------------------------------------------- building the spec

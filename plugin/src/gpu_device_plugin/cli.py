@@ -97,7 +97,8 @@ def discover_command(settings: Settings, as_json: bool = False) -> int:
             "error": error or None,
             "resource": policy.resource_name(settings),
             "gpus": [{"id": g.id, "index": g.index, "name": g.name, "backend": g.backend,
-                      "device_nodes": list(g.device_nodes), "numa_node": g.numa_node,
+                      "device_nodes": list(g.device_nodes), "optional_nodes": list(g.optional_nodes),
+                      "numa_node": g.numa_node,
                       "memory_mib": g.memory_mib, "mig_enabled": g.mig_enabled,
                       "properties": dict(g.properties)} for g in gpus],
             "advertised": [d.id for d in advertised],
@@ -119,6 +120,8 @@ def discover_command(settings: Settings, as_json: bool = False) -> int:
         for key, value in sorted(gpu.properties.items()):
             print(f"    {key}: {value}")
         print(f"    device nodes: {', '.join(gpu.device_nodes) or '(none)'}")
+        if gpu.optional_nodes:
+            print(f"    when present: {', '.join(gpu.optional_nodes)}")
     print(f"resource:  {policy.resource_name(settings)} x {len(advertised)}")
     return 0 if gpus else 1
 

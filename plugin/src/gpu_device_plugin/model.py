@@ -16,6 +16,9 @@ class Gpu:
     backend: str  # "tegra" | "nvml" | "simulated"
     # host device nodes this GPU needs inside a container (absolute paths, as on the host)
     device_nodes: tuple[str, ...] = ()
+    # nodes passed when they exist, which they may not yet: nvidia-uvm appears on the first
+    # CUDA use, so Allocate looks (as it does for device_nodes) each time, not discovery once
+    optional_nodes: tuple[str, ...] = ()
     numa_node: int | None = None
     memory_mib: int | None = None
     mig_enabled: bool = False  # MIG GPUs are reported but never handed out whole

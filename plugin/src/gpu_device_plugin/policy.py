@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .config import DEFAULT_RESOURCE, Settings
@@ -161,8 +161,12 @@ def runtime_id(gpu: Gpu, id_strategy: str) -> str:
     return gpu.id
 
 
-def allocate(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settings: Settings) -> ContainerAllocation:
-    """The response for one container. Raises AllocationError for bad requests."""
+def allocate(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settings: Settings,
+             node_exists: Callable[[str], bool] = lambda node: True) -> ContainerAllocation:
+    """The response for one container. Raises AllocationError for bad requests.
+
+    `node_exists` says whether a host device node exists now: only those are passed, since a
+    device the runtime cannot find fails the container."""
     validate_request(ids, devices, settings)
     gpus = _physical(ids, devices)
     names = [runtime_id(g, settings.device_id_strategy) for g in gpus]
@@ -184,6 +188,6 @@ def allocate(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settin
         result.envs["NVIDIA_VISIBLE_DEVICES"] = VOLUME_MOUNT_DIR
         result.mounts.extend((f"{VOLUME_MOUNT_DIR}/{name}", "/dev/null", True) for name in names)
     if settings.pass_device_specs:
-        nodes = dict.fromkeys(node for g in gpus for node in g.device_nodes)
-        result.device_specs.extend((node, node, "rw") for node in nodes)
+        nodes = dict.fromkeys(node for g in gpus for node in (*g.device_nodes, *g.optional_nodes))
+        result.device_specs.extend((node, node, "rw") for node in nodes if node_exists(node))
     return result

@@ -12,6 +12,7 @@ import grpc
 from . import policy
 from .api import pb
 from .config import Settings
+from .hostpath import host_path_exists
 from .state import DeviceState
 
 log = logging.getLogger(__name__)
@@ -133,8 +134,14 @@ class DevicePluginServicer:
         devices = self._state.by_id()
         settings = self._settings()
         response = pb.AllocateResponse()
+        root = settings.host_root
+
+        def node_exists(node: str) -> bool:
+            return host_path_exists(root, node)
+
         try:
-            allocations = [policy.allocate(list(c.devices_ids), devices, settings) for c in request.container_requests]
+            allocations = [policy.allocate(list(c.devices_ids), devices, settings, node_exists)
+                           for c in request.container_requests]
         except policy.AllocationError as exc:
             log.warning("allocation refused: %s", exc)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

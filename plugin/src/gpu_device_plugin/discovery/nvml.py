@@ -15,8 +15,10 @@ from .base import DiscoveryError, Probe
 
 log = logging.getLogger(__name__)
 
-# Device nodes every container that uses a discrete GPU needs, when the host has them.
-CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+# Device nodes of every container that uses a discrete GPU: the control node always, the
+# others when the host has them (nvidia-uvm appears on the first CUDA use; Allocate looks).
+CONTROL_NODE = "/dev/nvidiactl"
+OPTIONAL_NODES = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 
 # NVML error codes (nvml.h); read from the module when it has them, these are the fallback.
 _ERROR_CODES = {
@@ -220,7 +222,7 @@ class NvmlBackend:
         minor = self._optional(nvml, "nvmlDeviceGetMinorNumber", handle)
         if minor is not None:
             nodes.append(f"/dev/nvidia{minor}")
-        nodes.extend(n for n in CONTROL_NODES if os.path.exists(self._host_path(n)))
+        nodes.append(CONTROL_NODE)
 
         mig = self._optional(nvml, "nvmlDeviceGetMigMode", handle)
         mig_enabled = mig is not None and int(mig[0]) == int(getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1))
@@ -231,6 +233,7 @@ class NvmlBackend:
             name=name,
             backend=self.name,
             device_nodes=tuple(nodes),
+            optional_nodes=OPTIONAL_NODES,
             numa_node=self._numa_node(nvml, handle, pci_address),
             memory_mib=memory_mib,
             mig_enabled=mig_enabled,

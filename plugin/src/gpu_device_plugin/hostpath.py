@@ -1,0 +1,42 @@
+"""Paths on the host whose / may be mounted elsewhere (--host-root), checked as the host sees them."""
+
+from __future__ import annotations
+
+import os
+
+
+def host_path_exists(root: str, path: str) -> bool:
+    """Whether `path` exists on the host whose / is mounted at `root`.
+
+    Symlinks are resolved inside `root`: L4T's are often absolute (/usr/local/cuda ->
+    /etc/alternatives/cuda), and following them from the plugin's own / would check the
+    wrong file when the plugin runs in a container with the host at /host.
+    """
+    if root in ("", "/"):
+        return os.path.exists(path)
+    root = os.path.abspath(root)
+    pending = [p for p in path.split("/") if p]
+    resolved: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        candidate = os.path.join(root, *resolved, part)
+        if os.path.islink(candidate):
+            hops += 1
+            if hops > 40:  # the kernel's own limit on links in one lookup (ELOOP)
+                return False
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                resolved = []
+            pending = [p for p in target.split("/") if p] + pending
+            continue
+        if not os.path.lexists(candidate):
+            return False
+        resolved.append(part)
+    return True
