@@ -181,7 +181,8 @@ def running() -> Iterator[Callable[..., tuple[NvmlHealthMonitor, Reports, list[G
     def start(nvml: FakeNvml, clock: Callable[[], float] = time.monotonic, env: dict[str, str] | None = None,
               **kwargs: float) -> tuple[NvmlHealthMonitor, Reports, list[Gpu]]:
         gpus = NvmlBackend("/nonexistent", nvml).discover()
-        options = {"wait_timeout_ms": 20, "check_interval_s": 5.0, "recovery_quiet_period_s": 60.0, **kwargs}
+        options = {"wait_timeout_ms": 20, "idle_wait_ms": 20, "check_interval_s": 5.0, "recovery_quiet_period_s": 60.0,
+                   **kwargs}
         monitor = NvmlHealthMonitor(nvml, env=env or {}, clock=clock, **options)
         reports = Reports()
         monitor.start(gpus, reports)
@@ -374,7 +375,7 @@ def test_monitor_inits_nvml_once_and_shuts_it_down_and_frees_events_on_stop(
 
 def test_stop_returns_within_about_one_event_wait(running) -> None:
     nvml = FakeNvml(make_gpus(1))
-    monitor, _, _ = running(nvml, wait_timeout_ms=200)
+    monitor, _, _ = running(nvml, wait_timeout_ms=200, idle_wait_ms=200)
     wait_loops(nvml, 1)
     started = time.monotonic()
     monitor.stop()
@@ -420,3 +421,39 @@ def test_a_driver_call_that_never_returns_makes_the_monitor_report_not_alive(mon
     finally:
         release.set()
         monitor.stop()
+
+
+def record_wait_timeouts(nvml: FakeNvml) -> list[int]:
+    """The timeout of every nvmlEventSetWait from now on."""
+    timeouts: list[int] = []
+    real_wait = nvml.nvmlEventSetWait
+
+    def recorded_wait(event_set, timeoutms):
+        timeouts.append(timeoutms)
+        return real_wait(event_set, timeoutms)
+
+    nvml.nvmlEventSetWait = recorded_wait
+    return timeouts
+
+
+def test_waits_are_long_while_every_gpu_is_healthy_with_events_and_short_while_one_recovers(running) -> None:
+    nvml = FakeNvml(make_gpus(2))
+    timeouts = record_wait_timeouts(nvml)
+    _, reports, gpus = running(nvml, wait_timeout_ms=20, idle_wait_ms=300)
+    wait_loops(nvml, 2)
+    assert set(timeouts) == {300}, "an idle monitor must not wake every wait_timeout_ms"
+    nvml.emit_xid(gpus[0].id, 79)
+    wait_for(lambda: reports.calls, what="the Unhealthy report")
+    timeouts.clear()
+    wait_loops(nvml, 2)
+    assert set(timeouts) == {20}, "a recovering GPU is polled at the short interval"
+
+
+def test_a_gpu_without_events_keeps_the_short_waits(running) -> None:
+    gpus_spec = make_gpus(2)
+    gpus_spec[1].supported_events = 0
+    nvml = FakeNvml(gpus_spec)
+    timeouts = record_wait_timeouts(nvml)
+    running(nvml, wait_timeout_ms=20, idle_wait_ms=300)
+    wait_loops(nvml, 2)
+    assert set(timeouts) == {20}

@@ -6,8 +6,11 @@ or the GPU not answering a cheap NVML query. Single-bit ECC errors were correcte
 hardware and only get logged. A GPU goes back to Healthy once it answers NVML normally
 and nothing bad was seen for `recovery_quiet_period_s`.
 
-One thread, one nvmlInit for the monitor's life. It waits on the event set for at most
-`wait_timeout_ms`, so a stop or a health change is handled within that time.
+One thread, one nvmlInit for the monitor's life. While every GPU is healthy and sends
+events, it sleeps in the event wait for `idle_wait_ms` at a time (an idle plugin costs no
+CPU); while a GPU recovers or has no events it waits `wait_timeout_ms` and polls every
+`check_interval_s`. A stop is seen when the current wait returns; stop() does not wait
+longer than STOP_JOIN_S for it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ EVENT_SINGLE_BIT_ECC = 0x1
 EVENT_DOUBLE_BIT_ECC = 0x2
 EVENT_XID_CRITICAL = 0x8
 WANTED_EVENTS = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC | EVENT_SINGLE_BIT_ECC
+STOP_JOIN_S = 3.0  # systemd's stop timeout must also cover the gRPC server's shutdown
 
 
 def classify_event(policy: XidPolicy, event_type: int, event_data: int) -> Observation | None:
@@ -55,6 +59,7 @@ class NvmlHealthMonitor:
         *,
         recovery_quiet_period_s: float = 60.0,
         wait_timeout_ms: int = 500,
+        idle_wait_ms: int = 5000,
         check_interval_s: float = 1.0,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -62,6 +67,8 @@ class NvmlHealthMonitor:
         self._nvml_module = nvml_module
         self._quiet_period_s = recovery_quiet_period_s
         self._wait_timeout_ms = wait_timeout_ms
+        self._idle_wait_ms = idle_wait_ms
+        self._covered: set[str] = set()  # GPUs registered for events in the current event set
         self._check_interval_s = check_interval_s
         self._env = env
         self._clock = clock
@@ -100,10 +107,10 @@ class NvmlHealthMonitor:
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            limit = self._wait_timeout_ms / 1000 + 2.0
+            limit = min(max(self._wait_timeout_ms, self._idle_wait_ms) / 1000 + 2.0, STOP_JOIN_S)
             thread.join(timeout=limit)
             if thread.is_alive():
-                log.warning("NVML health thread did not stop within %.1f s", limit)
+                log.debug("NVML health thread still in its event wait after %.1f s; it ends with the wait", limit)
 
     def alive(self) -> bool:
         return loop_alive(self._started, self._stop.is_set(), self._thread, self._beat)
@@ -136,6 +143,8 @@ class NvmlHealthMonitor:
                         # Rebuild the event set: a broken one would keep every GPU Unhealthy.
                         self._free_event_set(nvml, event_set)
                         event_set = None
+                        with self._lock:
+                            self._covered = set()
                         self._stop.wait(wait_s)
                 else:
                     self._stop.wait(wait_s)
@@ -166,7 +175,7 @@ class NvmlHealthMonitor:
             log.warning("cannot create an NVML event set (%s): GPUs are checked by polling every %.0f s",
                         exc, self._check_interval_s)
             return None
-        registered = 0
+        covered: set[str] = set()
         for gpu_id in self._gpus:
             try:
                 handle = nvml.nvmlDeviceGetHandleByUUID(gpu_id.encode())  # bytes: old nvidia-ml-py takes no str
@@ -183,10 +192,12 @@ class NvmlHealthMonitor:
                         raise
                     # Some GPUs list ECC events yet refuse them; Xid alone still helps.
                     nvml.nvmlDeviceRegisterEvents(handle, EVENT_XID_CRITICAL, event_set)
-                registered += 1
+                covered.add(gpu_id)
             except Exception as exc:
                 self._observe(gpu_id, bad(f"cannot register for NVML events ({exc})"))
-        if registered == 0:
+        with self._lock:
+            self._covered = covered
+        if not covered:
             self._free_event_set(nvml, event_set)
             return None
         return event_set
@@ -207,10 +218,16 @@ class NvmlHealthMonitor:
         except Exception as exc:
             log.debug("nvmlEventSetFree failed: %s", exc)
 
+    def _idle(self) -> bool:
+        """Every GPU healthy and sending events: nothing needs polling, so waits can be long."""
+        with self._lock:
+            return self._covered == set(self._gpus) and all(state.healthy for state in self._states.values())
+
     def _wait_once(self, nvml: Any, event_set: Any) -> bool:
         """Wait for one event and act on it; False when the wait itself failed."""
+        timeout_ms = self._idle_wait_ms if self._idle() else self._wait_timeout_ms
         try:
-            data = nvml.nvmlEventSetWait(event_set, self._wait_timeout_ms)
+            data = nvml.nvmlEventSetWait(event_set, timeout_ms)
         except Exception as exc:
             if is_nvml_error(nvml, exc, "NVML_ERROR_TIMEOUT"):
                 return True
