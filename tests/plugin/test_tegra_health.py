@@ -426,3 +426,44 @@ def test_alive_is_false_when_the_thread_died(board: Path) -> None:
         wait_for(lambda: not monitor.alive(), what="the thread to die")
     finally:
         monitor.stop()
+
+
+def _char_node(root: Path, shown_as: str, registered: bool) -> str:
+    """`shown_as` under `root` as a real character device (/dev/null's, 1:3), with a sysfs that
+    has (or lacks) that device number registered."""
+    host = root / shown_as.lstrip("/")
+    host.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink("/dev/null", host)
+    (root / "sys/dev/char").mkdir(parents=True, exist_ok=True)
+    if registered:
+        (root / "sys/dev/char/1:3").mkdir()
+    return str(host)
+
+
+def test_session_node_is_checked_against_the_registered_devices_not_os_access(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def access_says_nothing_for_root(path: str, mode: int) -> bool:
+        raise AssertionError("os.access always passes for root: it must not decide")
+
+    monkeypatch.setattr(tegra.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(tegra.os, "access", access_says_nothing_for_root)
+    assert check_device_node(_char_node(tmp_path / "ok", "/dev/nvhost-gpu", True), "/dev/nvhost-gpu") is None
+    problem = check_device_node(_char_node(tmp_path / "gone", "/dev/nvhost-gpu", False), "/dev/nvhost-gpu")
+    assert problem is not None and "no device behind it" in problem and "1:3" in problem
+
+
+def test_a_file_where_a_session_node_should_be_is_a_problem_when_sysfs_is_visible(tmp_path: Path) -> None:
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/nvhost-gpu").write_text("")
+    (tmp_path / "sys/dev/char").mkdir(parents=True)
+    problem = check_device_node(str(tmp_path / "dev/nvhost-gpu"), "/dev/nvhost-gpu")
+    assert problem is not None and "not a character device" in problem
+
+
+def test_permissions_are_checked_when_the_plugin_is_not_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "nvhost-gpu").write_text("")
+    monkeypatch.setattr(tegra.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(tegra.os, "access", lambda path, mode: False)
+    problem = check_device_node(str(tmp_path / "nvhost-gpu"), "/dev/nvhost-gpu")
+    assert problem is not None and "permission denied" in problem

@@ -148,17 +148,19 @@ _OPENABLE_NODE = re.compile(r"/(nvhost-ctrl|nvhost-ctrl-gpu|nvmap|nvgpu/igpu\d+/
 
 def check_device_node(host_path: str, shown_as: str) -> str | None:
     """The problem with one device node (`shown_as`: its path on the host), or None when it is
-    there and, for control nodes, opens."""
+    there and, for control nodes, opens; the others must be character devices a driver has
+    registered (/sys/dev/char/MAJOR:MINOR), which is what opening them would need."""
     try:
-        os.stat(host_path)
+        st = os.stat(host_path)
     except FileNotFoundError:
         return f"device node {shown_as} is missing"
     except OSError as exc:
         return f"cannot stat device node {shown_as}: {exc.strerror}"
     if not _OPENABLE_NODE.search(shown_as):
-        if not os.access(host_path, os.R_OK | os.W_OK):
+        # os.access always says yes to root; it only tells something to a plugin that is not root
+        if os.geteuid() != 0 and not os.access(host_path, os.R_OK | os.W_OK):
             return f"cannot open device node {shown_as}: permission denied (check its mode and owner)"
-        return None
+        return _driver_problem(st, host_path, shown_as)
     try:
         fd = os.open(host_path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
@@ -172,6 +174,20 @@ def check_device_node(host_path: str, shown_as: str) -> str | None:
             return None  # the driver answered: the node works, it is just busy
         return f"cannot open device node {shown_as}: {exc.strerror}"
     os.close(fd)
+    return None
+
+
+def _driver_problem(st: os.stat_result, host_path: str, shown_as: str) -> str | None:
+    root = host_path[: -len(shown_as)] if host_path.endswith(shown_as) else ""
+    registered = os.path.join(root or "/", "sys/dev/char")
+    if not os.path.isdir(registered):
+        return None  # no sysfs to ask (a test tree, or a container without /sys)
+    if not stat.S_ISCHR(st.st_mode):
+        return f"device node {shown_as} is not a character device (replaced by a file? re-create it: reboot)"
+    number = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    if not os.path.exists(os.path.join(registered, number)):
+        return (f"cannot open device node {shown_as}: no device behind it (char {number} not registered: "
+                "driver unloaded or GPU gone)")
     return None
 
 
