@@ -23,7 +23,7 @@ class SimulatedHealthMonitor:
     def __init__(self, health_dir: str) -> None:
         self.health_dir = health_dir
         self._thread: threading.Thread | None = None
-        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
+        self._stop_r, self._stop_w = -1, -1  # made by start, closed by stop: nothing outlives the monitor
         self._failed = False
 
     def read_health(self, gpus: Sequence[Gpu]) -> dict[str, Health]:
@@ -41,19 +41,24 @@ class SimulatedHealthMonitor:
     def start(self, gpus: Sequence[Gpu], report: Report) -> None:
         os.makedirs(self.health_dir, exist_ok=True)
         watcher = inotify.Inotify()
-        watcher.add_watch(self.health_dir, _EVENTS)
+        try:
+            watcher.add_watch(self.health_dir, _EVENTS)
+        except OSError:
+            watcher.close()
+            raise
         for gpu_id, health in self.read_health(gpus).items():
             if not health.healthy:
                 report(gpu_id, health)
+        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
         self._thread = threading.Thread(target=self._loop, args=(watcher, list(gpus), report),
                                         name="simulated-health", daemon=True)
         self._thread.start()
 
     def _loop(self, watcher: inotify.Inotify, gpus: list[Gpu], report: Report) -> None:
         selector = selectors.DefaultSelector()
-        selector.register(watcher.fileno(), selectors.EVENT_READ, "inotify")
-        selector.register(self._stop_r, selectors.EVENT_READ, "stop")
         try:
+            selector.register(watcher.fileno(), selectors.EVENT_READ, "inotify")
+            selector.register(self._stop_r, selectors.EVENT_READ, "stop")
             while True:
                 keys = [key.data for key, _ in selector.select()]
                 if "stop" in keys:
@@ -69,10 +74,15 @@ class SimulatedHealthMonitor:
             watcher.close()
 
     def stop(self) -> None:
-        if self._thread is not None:
-            os.write(self._stop_w, b"x")
-            self._thread.join(2)
-            self._thread = None
+        if self._thread is None:
+            return
+        os.write(self._stop_w, b"x")
+        self._thread.join(2)
+        if not self._thread.is_alive():  # a thread still selecting on the pipe keeps it
+            os.close(self._stop_r)
+            os.close(self._stop_w)
+            self._stop_r, self._stop_w = -1, -1
+        self._thread = None
 
     def alive(self) -> bool:
         return not self._failed and (self._thread is None or self._thread.is_alive())
