@@ -24,7 +24,7 @@ def test_start_and_stop_leave_no_descriptor_behind(tmp_path: Path) -> None:
         reports = Reports()
         monitor.start(gpus, reports)
         (tmp_path / "health" / "sim-gpu-1").write_text("Unhealthy\n")
-        assert wait_until(lambda: (gpus[1].id, False) in reports.states())
+        assert wait_until(lambda seen=reports: (gpus[1].id, False) in seen.states())
         (tmp_path / "health" / "sim-gpu-1").unlink()
         monitor.stop()
     assert open_fds() == before
