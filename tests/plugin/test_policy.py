@@ -80,6 +80,43 @@ def test_whole_gpus_prefer_the_numa_node_of_must_include() -> None:
     assert chosen == ["GPU-0001", "GPU-0003"]
 
 
+def test_whole_gpus_go_to_the_numa_node_that_fits_the_request() -> None:
+    devices = by_id([gpu(0, numa=0), gpu(1, numa=0), gpu(2, numa=1), gpu(3, numa=1)], Settings())
+    available = ["GPU-0000", "GPU-0002", "GPU-0003"]  # GPU 1 is in use: node 0 has one free
+    chosen = policy.preferred_allocation(available, [], 2, devices, "distributed")
+    assert sorted(chosen) == ["GPU-0002", "GPU-0003"]
+
+
+def test_the_smallest_numa_node_that_fits_is_used_first() -> None:
+    devices = by_id([gpu(0, numa=0), gpu(1, numa=0), gpu(2, numa=0), gpu(3, numa=1), gpu(4, numa=1)], Settings())
+    for name in ("distributed", "packed"):
+        chosen = policy.preferred_allocation(list(devices), [], 2, devices, name)
+        assert sorted(chosen) == ["GPU-0003", "GPU-0004"], name  # node 0 stays whole for a 3-GPU pod
+
+
+def test_a_request_no_node_holds_spans_as_few_nodes_as_it_can() -> None:
+    assert policy.numa_plan({0: 3, 1: 1, 2: 2}, [], 4) == [((0,), 3), ((1,), 1)]
+    assert policy.numa_plan({0: 1, 1: 4}, [0], 3) == [((0,), 1), ((1,), 2)]  # must_include's node first
+    assert policy.numa_plan({None: 4}, [], 2) == [((None,), 2)]  # no NUMA information: one group
+    assert policy.numa_plan({0: 1}, [], 3) == [((0,), 1)]  # short: give what there is
+
+
+def test_packed_numa_and_must_include_together() -> None:
+    devices = by_id([gpu(0, numa=0), gpu(1, numa=1), gpu(2, numa=1)], sliced(2))
+    chosen = policy.preferred_allocation(list(devices), ["GPU-0001::1"], 3, devices, "packed")
+    assert chosen[0] == "GPU-0001::1"
+    assert {devices[i].gpu.id for i in chosen} == {"GPU-0001", "GPU-0002"}  # node 1, GPU 1 drained first
+    assert "GPU-0001::0" in chosen
+
+
+@pytest.mark.parametrize("name, per_gpu", [("distributed", [64] * 8), ("packed", [256, 256] + [0] * 6)])
+def test_many_replicas_are_spread_or_packed_exactly(name: str, per_gpu: list[int]) -> None:
+    devices = by_id([gpu(i) for i in range(8)], sliced(256))
+    chosen = policy.preferred_allocation(list(devices), [], 512, devices, name)
+    assert len(set(chosen)) == 512
+    assert [sum(devices[i].gpu.index == g for i in chosen) for g in range(8)] == per_gpu
+
+
 def test_preferred_allocation_never_returns_ids_it_was_not_offered() -> None:
     devices = by_id([gpu(0), gpu(1)], Settings())
     assert policy.preferred_allocation(["GPU-0001", "GPU-9999"], [], 2, devices) == ["GPU-0001"]
