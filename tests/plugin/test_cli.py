@@ -193,3 +193,24 @@ def test_unusable_kubelet_directory_is_a_clear_start_error(tmp_path: Path) -> No
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 2, err
     assert "cannot use the kubelet's socket directory" in err and "Traceback" not in err
+
+
+def test_socket_path_over_the_unix_limit_exits_2_with_the_reason(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    proc = run_cli("--device-discovery-strategy", "simulated", "--simulated-gpus", "1",
+                   "--kubelet-socket", f"{deep}/kubelet.sock")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2, err
+    assert "over the Unix limit of 107" in err and "retrying" not in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to any directory; the rule is tested in test_socket_check")
+def test_unwritable_socket_directory_exits_2_with_the_reason(tmp_path: Path) -> None:
+    locked = tmp_path / "device-plugins"
+    locked.mkdir(mode=0o500)
+    proc = run_cli("--device-discovery-strategy", "simulated", "--simulated-gpus", "1",
+                   "--kubelet-socket", f"{locked}/kubelet.sock")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2, err
+    assert f"cannot create sockets in {locked}" in err

@@ -99,7 +99,20 @@ def test_unsupported_official_fields_are_named_in_one_warning() -> None:
          "sharing.timeSlicing.resources[0].replicas must be 1..256, got 0"),
         ((), {}, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: amd.com/gpu\n      replicas: 2\n",
          "resources[0].name must be nvidia.com/gpu"),
-        ((), {}, "version: v1\nflags: [1, 2\n", "not valid YAML"),
+        ((), {}, "version: v1\nflags: [1, 2\n", "config file /c.yaml line 3 column 1: not valid YAML ("),
+        ((), {}, "version: v1\nflags: [1, 2]\n", "config file /c.yaml: flags must be a mapping (e.g. flags: "),
+        ((), {}, "version: v1\nsharing: 5\n", "config file /c.yaml: sharing must be a mapping"),
+        ((), {}, "version: v1\nflags:\n  plugin: x\n", "flags.plugin must be a mapping (e.g. plugin: {"),
+        ((), {}, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+                 "      replicas: 2\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+         "resources[1]: nvidia.com/gpu is already listed at resources[0]; keep one entry"),
+        ((), {}, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+                 "      replicas: \"4\"\n",
+         "resources[0].replicas must be a whole number 1..256, got a string ('4'); write it without quotes"),
+        (("--device-discovery-strategy", "simulated"), {}, "version: v1\nflags:\n  plugin:\n    simulatedGpus: '2'\n",
+         "flags.plugin.simulatedGpus must be a whole number, got a string ('2')"),
+        ((), {}, "", "config file /c.yaml is empty: it needs at least 'version: v1'"),
+        ((), {}, "# nothing but a comment\n", "is empty"),
         (("--metrics-address", "9402"), {}, None, "--metrics-address must be HOST:PORT"),
         (("--cdi-kind", "example.com/1gpu"), {}, None, "--cdi-kind CDI kind 'example.com/1gpu' must be vendor/class"),
     ],
@@ -115,8 +128,28 @@ def test_bad_values_are_rejected_naming_the_flag_or_field(argv, env, text, expec
 
 
 def test_missing_config_file_says_which_and_how_to_fix() -> None:
-    with pytest.raises(ConfigError, match=r"config file /nope.yaml: cannot read it .*fix the path"):
+    with pytest.raises(ConfigError, match=r"config file /nope.yaml: cannot read it .*fix the path or drop --config"):
         load(("--config-file", "/nope.yaml"))
+
+
+def test_missing_config_file_from_the_environment_does_not_blame_a_flag() -> None:
+    with pytest.raises(ConfigError) as err:
+        load(env={"CONFIG_FILE": "/nope.yaml"})
+    assert "unset the CONFIG_FILE environment variable" in str(err.value)
+    assert "--config-file" not in str(err.value)
+
+
+def test_unknown_field_warning_names_each_field_once_with_one_prefix() -> None:
+    text = ("version: v1\nsharing:\n  timeSlicing:\n    shuffle: true\n    resources:\n"
+            "    - name: nvidia.com/gpu\n      replicas: 2\n      devices: all\n")
+    _, warnings = load(("--config-file", "/c.yaml"), files={"/c.yaml": text})
+    assert warnings == ("config file /c.yaml: ignoring fields this plugin does not support: "
+                        "sharing.timeSlicing.shuffle, sharing.timeSlicing.resources[0].devices",)
+
+
+def test_empty_sections_mean_defaults() -> None:
+    settings, warnings = load(("--config-file", "/c.yaml"), files={"/c.yaml": "version: v1\nflags:\nsharing:\n"})
+    assert settings.time_slicing == TimeSlicing() and warnings == ()
 
 
 def test_durations_accept_units() -> None:

@@ -167,6 +167,7 @@ class Option:
     parse: Callable[[Any], Any]
     help: str
     metavar: str = ""
+    yaml_type: type | None = None  # in the file the value must be this YAML type (no quoted numbers)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -200,7 +201,7 @@ OPTIONS: tuple[Option, ...] = (
            "where the CDI spec is written when a cdi-* strategy is on", "DIR"),
     Option("simulated_gpus", "--simulated-gpus", "SIMULATED_GPUS", ("flags", "plugin", "simulatedGpus"),
            _int_range(0, MAX_SIMULATED_GPUS),
-           f"number of fake GPUs for the simulated strategy (1..{MAX_SIMULATED_GPUS})", "N"),
+           f"number of fake GPUs for the simulated strategy (1..{MAX_SIMULATED_GPUS})", "N", int),
     Option("simulated_health_dir", "--simulated-health-dir", "SIMULATED_HEALTH_DIR",
            ("flags", "plugin", "simulatedHealthDir"), _optional_path,
            "simulated GPUs: a file named <device-id> here holding 'Unhealthy' marks it unhealthy", "DIR"),
@@ -239,15 +240,16 @@ def parse_file(text: str, source: str = "config file") -> FileConfig:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}".replace("\n", " ")) from None
+        raise ConfigError(_yaml_error(exc, source)) from None
     if doc is None:
-        doc = {}
+        raise ConfigError(f"{source} is empty: it needs at least 'version: v1' (the official plugin's format)")
     if not isinstance(doc, dict):
-        raise ConfigError(f"{source}: top level must be a mapping with 'version: v1', got {type(doc).__name__}")
+        raise ConfigError(f"{source}: top level must be a mapping with 'version: v1', got {_kind(doc)}")
     version = doc.get("version")
     if version != "v1":
         raise ConfigError(f"{source}: 'version' must be v1 (the official plugin's config format), got {version!r}")
-    values = _parse_options(lambda o: _dig(doc, o.file_path), lambda o: f"{source}: {'.'.join(o.file_path)}")
+    _check_sections(doc, source)
+    values = _parse_options(lambda o: _file_value(doc, o), lambda o: f"{source}: {'.'.join(o.file_path)}")
     unknown = _unknown_keys(doc)
     time_slicing, sharing_unknown = _parse_time_slicing(doc, source)
     warnings = tuple(
@@ -256,6 +258,48 @@ def parse_file(text: str, source: str = "config file") -> FileConfig:
         else []
     )
     return FileConfig(values, time_slicing, warnings)
+
+
+def _yaml_error(exc: Exception, source: str) -> str:
+    """One line naming the file and the line, without PyYAML's '<unicode string>' stand-in."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{source} line {mark.line + 1} column {mark.column + 1}" if mark is not None else source
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{where}: not valid YAML ({problem}); fix the syntax there"
+
+
+def _kind(value: Any) -> str:
+    """What a YAML value is, in YAML's words."""
+    if isinstance(value, bool):
+        return f"a boolean ({value!r})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    return {"list": "a list", "dict": "a mapping"}.get(type(value).__name__, type(value).__name__)
+
+
+# Sections that must be mappings when present (an empty `flags:` is allowed and means nothing).
+_SECTIONS = (("flags",), ("flags", "plugin"), ("sharing",), ("sharing", "timeSlicing"))
+
+
+def _check_sections(doc: Mapping[str, Any], source: str) -> None:
+    for path in _SECTIONS:
+        node = _dig(doc, path)
+        if node is not None and not isinstance(node, dict):
+            example = {"flags": "flags: {failOnInitError: true}", "flags.plugin": "plugin: {passDeviceSpecs: true}",
+                       "sharing": "sharing: {timeSlicing: ...}",
+                       "sharing.timeSlicing": "timeSlicing: {resources: [...]}"}[".".join(path)]
+            raise ConfigError(f"{source}: {'.'.join(path)} must be a mapping (e.g. {example}), got {_kind(node)}")
+
+
+def _file_value(doc: Mapping[str, Any], option: Option) -> Any:
+    """The YAML value of an option; numbers must be YAML numbers, as the official plugin requires."""
+    value = _dig(doc, option.file_path)
+    if option.yaml_type is int and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{'.'.join(option.file_path)} must be a whole number, got {_kind(value)}; "
+                          "write it without quotes")
+    return value
 
 
 def _dig(doc: Mapping[str, Any], path: Sequence[str]) -> Any:
@@ -288,7 +332,8 @@ def _parse_time_slicing(doc: Mapping[str, Any], source: str) -> tuple[TimeSlicin
     where = f"{source}: sharing.timeSlicing"
     if not isinstance(node, dict):
         raise ConfigError(f"{where} must be a mapping")
-    unknown = [f"sharing.timeSlicing.{k}" for k in node if k not in _SHARING_KEYS]
+    path = "sharing.timeSlicing"
+    unknown = [f"{path}.{k}" for k in node if k not in _SHARING_KEYS]
     try:
         rename = _bool(node.get("renameByDefault", False))
         fail_gt1 = _bool(node.get("failRequestsGreaterThanOne", False))
@@ -298,6 +343,7 @@ def _parse_time_slicing(doc: Mapping[str, Any], source: str) -> tuple[TimeSlicin
     if not isinstance(resources, list):
         raise ConfigError(f"{where}.resources must be a list of {{name, replicas}}")
     replicas = 1
+    seen: dict[str, int] = {}
     for i, entry in enumerate(resources):
         at = f"{where}.resources[{i}]"
         if not isinstance(entry, dict):
@@ -305,11 +351,19 @@ def _parse_time_slicing(doc: Mapping[str, Any], source: str) -> tuple[TimeSlicin
         name = entry.get("name")
         if name != DEFAULT_RESOURCE:
             raise ConfigError(f"{at}.name must be {DEFAULT_RESOURCE} (the resource this plugin serves), got {name!r}")
+        if name in seen:
+            raise ConfigError(f"{at}: {name} is already listed at resources[{seen[name]}]; keep one entry per "
+                              "resource")
+        seen[name] = i
+        raw = entry.get("replicas")
+        if isinstance(raw, str):
+            raise ConfigError(f"{at}.replicas must be a whole number 1..{MAX_REPLICAS}, got {_kind(raw)}; "
+                              "write it without quotes")
         try:
-            replicas = _int_range(1, MAX_REPLICAS)(entry.get("replicas"))
+            replicas = _int_range(1, MAX_REPLICAS)(raw)
         except ValueError as exc:
             raise ConfigError(f"{at}.replicas {exc}") from None
-        unknown += [f"{at}.{k}" for k in entry if k not in ("name", "replicas")]
+        unknown += [f"{path}.resources[{i}].{k}" for k in entry if k not in ("name", "replicas")]
     return TimeSlicing(replicas, rename, fail_gt1), unknown
 
 
@@ -410,14 +464,15 @@ def load(argv_namespace: argparse.Namespace, environ: Mapping[str, str],
     """All three sources; returns the settings and any warnings to log."""
     flags = parse_flags(argv_namespace)
     env = parse_env(environ)
-    path = argv_namespace.config_file if argv_namespace.config_file is not None else environ.get("CONFIG_FILE", "")
+    from_flag = argv_namespace.config_file is not None
+    path = argv_namespace.config_file if from_flag else environ.get("CONFIG_FILE", "")
     file_config = None
     if path:
         try:
             text = read_file(path)
         except OSError as exc:
-            raise ConfigError(f"config file {path}: cannot read it ({exc.strerror}); fix the path or "
-                              "drop --config-file") from None
+            drop = "drop --config-file" if from_flag else "unset the CONFIG_FILE environment variable"
+            raise ConfigError(f"config file {path}: cannot read it ({exc.strerror}); fix the path or {drop}") from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
         file_config = parse_file(text, source=f"config file {path}")

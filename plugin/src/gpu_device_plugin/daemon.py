@@ -29,6 +29,7 @@ from .model import Gpu, Health
 from .observability import Status, StatusServer
 from .server import PluginServer, RegistrationError, register
 from .servicer import DevicePluginServicer
+from .socket_check import socket_path_problem
 from .state import DeviceState
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,10 @@ class Daemon:
             except OSError as exc:
                 log.error("cannot use the kubelet's socket directory %s (%s): check --kubelet-socket and that "
                           "the plugin runs as root", self.socket_dir, exc.strerror or exc)
+                return 2
+            problem = socket_path_problem(self.socket_path)
+            if problem:
+                log.error("%s", problem)
                 return 2
             config_wd = self._watch_config(watcher)
             selector.register(watcher.fileno(), selectors.EVENT_READ, "inotify")
