@@ -1,4 +1,5 @@
-"""`gpu-device-plugin`: serve (default), `discover` (what is here and why), `version`."""
+"""`gpu-device-plugin`: serve (default), `discover` (what is here and why), `check` (the node
+doctor), `node-labels` (a k3s drop-in labelling the node with its GPU), `version`."""
 
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     discover.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("check", parents=[common],
                    help="is this node set up for GPU pods? (discovery, device nodes, runtime, k3s, kubelet)")
+    labels = sub.add_parser("node-labels", parents=[common],
+                            help="write a k3s config drop-in labelling this node with the GPU discovery finds "
+                                 "(removed when there is none)")
+    labels.add_argument("--output", metavar="PATH", required=True,
+                        help="the drop-in to write, e.g. /etc/rancher/k3s/config.yaml.d/50-gpu-labels.yaml")
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -72,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("%s", warning)
     if args.command == "discover":
         return discover_command(settings, as_json=args.json)
+    if args.command == "node-labels":
+        return node_labels_command(settings, args.output)
     return serve(settings, args)
 
 
@@ -124,6 +132,34 @@ def discover_command(settings: Settings, as_json: bool = False) -> int:
             print(f"    when present: {', '.join(gpu.optional_nodes)}")
     print(f"resource:  {policy.resource_name(settings)} x {len(advertised)}")
     return 0 if gpus else 1
+
+
+def node_labels_command(settings: Settings, output: str) -> int:
+    """Label the node from discovery; no GPU (or a failed discovery) removes the labels, exit 0,
+    so k3s (which runs this before it starts) is never held up by it."""
+    from . import node_labels
+
+    choice = choose(settings)
+    gpus: list[Gpu] = []
+    why = choice.reason
+    if choice.backend is not None:
+        try:
+            gpus = choice.backend.discover()
+        except DiscoveryError as exc:
+            why = str(exc)
+    labels = node_labels.gpu_labels(gpus, choice.backend.name if choice.backend else "")
+    try:
+        if not labels:
+            removed = node_labels.remove(output)
+            print(f"no GPU ({why}): {'removed ' + output if removed else 'no labels written'}")
+            return 0
+        node_labels.write_atomically(output, node_labels.drop_in(labels))
+    except OSError as exc:
+        print(f"gpu-device-plugin: cannot update {output} ({exc.strerror or exc}): check the path and that it "
+              "runs as root", file=sys.stderr)
+        return 1
+    print(f"wrote {len(labels)} labels to {output}: " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    return 0
 
 
 def make_monitor(settings: Settings, backend_name: str) -> HealthMonitor | None:

@@ -1,0 +1,107 @@
+"""`gpu-device-plugin node-labels`: the k3s drop-in that labels a node with the GPU it has."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from gpu_device_plugin import cli, config
+from gpu_device_plugin.model import Gpu
+from gpu_device_plugin.node_labels import drop_in, family, gpu_labels, label_value
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _no_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for option in config.OPTIONS:
+        monkeypatch.delenv(option.env, raising=False)
+    monkeypatch.delenv("CONFIG_FILE", raising=False)
+
+
+def labels_in(path: Path) -> dict[str, str]:
+    doc = yaml.safe_load(path.read_text())
+    assert list(doc) == ["node-label+"]  # appended to config.yaml's labels, never replacing them
+    return dict(item.split("=", 1) for item in doc["node-label+"])
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("Tegra X1 (T210)", "Tegra-X1-T210"),
+    ("NVIDIA GeForce RTX 3090", "NVIDIA-GeForce-RTX-3090"),
+    ("  (weird) name!! ", "weird-name"),
+    ("x" * 70, "x" * 63),
+    ("a" * 62 + "-b", "a" * 62),  # cut at 63 leaves a trailing '-': dropped
+    ("___", ""),
+])
+def test_values_are_valid_kubernetes_label_values(text: str, value: str) -> None:
+    assert label_value(text) == value
+
+
+def test_family_follows_compute_capability() -> None:
+    assert [family(5, 3), family(7, 2), family(7, 5), family(8, 7), family(8, 9), family(4, 0)] == [
+        "maxwell", "volta", "turing", "ampere", "ada-lovelace", ""]
+
+
+def test_no_gpu_means_no_labels() -> None:
+    assert gpu_labels([], "nvml") == {}
+
+
+def test_nvml_gpus_are_counted_and_the_first_names_the_product() -> None:
+    gpus = [Gpu(id=f"GPU-{i}", index=i, name="Tesla T4", backend="nvml", properties={"compute_capability": "7.5"})
+            for i in (1, 0)]
+    assert gpu_labels(gpus, "nvml") == {
+        "nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "2", "nvidia.com/gpu.product": "Tesla-T4",
+        "nvidia.com/gpu.discovery": "nvml", "nvidia.com/gpu.compute.major": "7",
+        "nvidia.com/gpu.compute.minor": "5", "nvidia.com/gpu.family": "turing"}
+    assert yaml.safe_load(drop_in(gpu_labels(gpus, "nvml")))["node-label+"][0] == "nvidia.com/gpu.compute.major=7"
+
+
+def test_jetson_nano_fixture_is_labelled_from_tegra_discovery(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "config.yaml.d" / "50-gpu-labels.yaml"
+    code = cli.main(["node-labels", "--device-discovery-strategy", "tegra", "--host-root",
+                     str(FIXTURES / "jetson-nano"), "--output", str(out)])
+    assert code == 0
+    assert labels_in(out) == {
+        "nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "1", "nvidia.com/gpu.product": "Tegra-X1-T210",
+        "nvidia.com/gpu.discovery": "tegra", "nvidia.com/gpu.compute.major": "5",
+        "nvidia.com/gpu.compute.minor": "3", "nvidia.com/gpu.family": "maxwell", "nvidia.com/gpu.chip": "T210"}
+    assert f"wrote 8 labels to {out}" in capsys.readouterr().out
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left behind
+
+
+def test_simulated_gpus_follow_the_serve_settings(tmp_path: Path) -> None:
+    out = tmp_path / "labels.yaml"
+    assert cli.main(["--device-discovery-strategy", "simulated", "--simulated-gpus", "3",
+                     "node-labels", "--output", str(out)]) == 0
+    labels = labels_in(out)
+    assert labels["nvidia.com/gpu.count"] == "3" and labels["nvidia.com/gpu.discovery"] == "simulated"
+
+
+@pytest.mark.parametrize("fixture", ["raspberry-pi-4", "jetson-nano-no-nvgpu"])
+def test_no_gpu_removes_the_drop_in_and_exits_zero(tmp_path: Path, fixture: str, capsys) -> None:
+    out = tmp_path / "labels.yaml"
+    out.write_text("node-label+:\n  - nvidia.com/gpu.present=true\n")  # from a boot with a GPU
+    assert cli.main(["node-labels", "--host-root", str(FIXTURES / fixture), "--device-discovery-strategy",
+                     "tegra", "--output", str(out)]) == 0
+    assert not out.exists()
+    assert f"removed {out}" in capsys.readouterr().out
+    assert cli.main(["node-labels", "--host-root", str(FIXTURES / fixture), "--device-discovery-strategy",
+                     "tegra", "--output", str(out)]) == 0  # nothing to remove is fine too
+
+
+def test_bad_discovery_config_exits_2_and_touches_nothing(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "labels.yaml"
+    out.write_text("kept\n")
+    assert cli.main(["node-labels", "--device-discovery-strategy", "cuda", "--output", str(out)]) == 2
+    assert "--device-discovery-strategy must be one of" in capsys.readouterr().err
+    assert out.read_text() == "kept\n"
+
+
+def test_unwritable_output_exits_1_with_one_line(tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert cli.main(["node-labels", "--device-discovery-strategy", "simulated", "--simulated-gpus", "1",
+                     "--output", str(blocker / "labels.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot update {blocker}/labels.yaml" in err and err.count("\n") == 1
