@@ -13,9 +13,10 @@ SRC_URI[sha256sum] = "563588c587b75c34b928bc428548e5b00ea38c46972181a4d8b75ba7e3
 
 inherit pypi setuptools3 features_check
 
-# Only a distro that opts into this layer's policy (DISTRO_FEATURES gpu-k8s) gets this version;
-# without it the recipe is skipped and meta-python's python3-grpcio is used as before. The
-# layer's priority would otherwise make this recipe win for every build that adds the layer.
+# Only a distro that opts into this layer's choices (DISTRO_FEATURES gpu-k8s) gets this version;
+# without it the recipe is skipped and meta-python's python3-grpcio is used as before. With it,
+# this layer's higher BBFILE_PRIORITY makes this recipe the provider (kas/include/common.yml
+# also names the version, so bitbake warns if it ever goes missing).
 REQUIRED_DISTRO_FEATURES = "gpu-k8s"
 
 # grpc's setup.py: our compiler flags replace its defaults (gcc 11 defaults to C++17/C17,
@@ -23,15 +24,13 @@ REQUIRED_DISTRO_FEATURES = "gpu-k8s"
 export GRPC_PYTHON_CFLAGS = ""
 export GRPC_PYTHON_DISABLE_LIBC_COMPATIBILITY = "1"
 
-# BoringSSL's assembly exists for these platforms only; elsewhere build it without.
+# BoringSSL's assembly for the two architectures this layer builds; elsewhere none.
 BORING_SSL_PLATFORM ?= "unsupported"
 BORING_SSL_PLATFORM:x86-64 = "linux-x86_64"
 BORING_SSL_PLATFORM:aarch64 = "linux-aarch64"
-BORING_SSL_PLATFORM:arm = "linux-arm"
 BORING_SSL_ASM ?= "0"
 BORING_SSL_ASM:x86-64 = "1"
 BORING_SSL_ASM:aarch64 = "1"
-BORING_SSL_ASM:arm = "1"
 export GRPC_BUILD_WITH_BORING_SSL_ASM = "${BORING_SSL_ASM}"
 export GRPC_BUILD_OVERRIDE_BORING_SSL_ASM_PLATFORM = "${BORING_SSL_PLATFORM}"
 
