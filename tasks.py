@@ -237,7 +237,7 @@ def lint(c: Context) -> None:
 
 @task(
     auto_shortflags=False,
-    help={"quick": "skip the plugin leg on the oldest combination (Python 3.10, kirkstone libraries)"},
+    help={"quick": "skip the plugin leg on the oldest combination (Python 3.10, the image's libraries)"},
 )
 def test(c: Context, quick: bool = False) -> None:
     """Run the whole test suite, as CI does (.ci/run calls this).

@@ -34,7 +34,8 @@ class PluginCombination:
 
 
 PLUGIN_COMBINATIONS = (
-    PluginCombination("oldest", "3.10", "plugin/requirements-oldest.txt"),  # kirkstone
+    # what the image ships: kirkstone's Python/protobuf, the layer's grpcio
+    PluginCombination("oldest", "3.10", "plugin/requirements-oldest.txt"),
     PluginCombination("newest", "3.13", "plugin/requirements-newest.txt"),
 )
 
@@ -125,5 +126,5 @@ def run_suite(quick: bool = False) -> list[LegResult]:
     rows = [[r.name, r.status, f"{r.seconds:.0f}", r.detail] for r in results]
     console.summary("test summary", ["leg", "result", "seconds", "detail"], rows)
     if quick:
-        console.info("note: --quick skipped the plugin-oldest leg (Python 3.10 + kirkstone libraries)")
+        console.info("note: --quick skipped the plugin-oldest leg (Python 3.10 + the image's libraries)")
     return results
