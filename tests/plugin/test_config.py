@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from gpu_device_plugin import config
+from gpu_device_plugin import cli, config
 from gpu_device_plugin.config import ConfigError, TimeSlicing
 
 OFFICIAL_STYLE = """
@@ -29,7 +29,7 @@ sharing:
 
 def parse_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
+    cli.add_config_arguments(parser)
     return parser.parse_args(argv)
 
 

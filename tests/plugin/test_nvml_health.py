@@ -17,10 +17,10 @@ from fake_nvml import (
 )
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.health.nvml import NvmlHealthMonitor, classify_event
-from gpu_device_plugin.health.policy import (
+from gpu_device_plugin.health.rules import (
     APPLICATION_XIDS,
     GOOD,
-    DeviceState,
+    HealthRecord,
     XidPolicy,
     bad,
     next_state,
@@ -114,29 +114,29 @@ def test_double_bit_ecc_is_ignored_when_health_checks_are_disabled() -> None:
 
 
 def test_bad_observation_marks_unhealthy_with_its_reason_and_time() -> None:
-    state = next_state(DeviceState(), bad("Xid 79"), now=100.0, quiet_period_s=60)
-    assert state == DeviceState(healthy=False, reason="Xid 79", last_bad=100.0)
+    state = next_state(HealthRecord(), bad("Xid 79"), now=100.0, quiet_period_s=60)
+    assert state == HealthRecord(healthy=False, reason="Xid 79", last_bad=100.0)
 
 
 def test_good_observation_within_the_quiet_period_keeps_unhealthy() -> None:
-    state = DeviceState(healthy=False, reason="Xid 79", last_bad=100.0)
+    state = HealthRecord(healthy=False, reason="Xid 79", last_bad=100.0)
     assert next_state(state, GOOD, now=159.9, quiet_period_s=60) == state
 
 
 def test_good_observation_after_the_quiet_period_recovers() -> None:
-    state = DeviceState(healthy=False, reason="Xid 79", last_bad=100.0)
+    state = HealthRecord(healthy=False, reason="Xid 79", last_bad=100.0)
     assert next_state(state, GOOD, now=160.0, quiet_period_s=60).healthy
 
 
 def test_new_bad_observation_restarts_the_quiet_period() -> None:
-    state = next_state(DeviceState(), bad("Xid 79"), now=100.0, quiet_period_s=60)
+    state = next_state(HealthRecord(), bad("Xid 79"), now=100.0, quiet_period_s=60)
     state = next_state(state, bad("does not answer"), now=150.0, quiet_period_s=60)
     assert not next_state(state, GOOD, now=200.0, quiet_period_s=60).healthy
     assert next_state(state, GOOD, now=210.0, quiet_period_s=60).healthy
 
 
 def test_healthy_gpu_stays_healthy_on_good_observations() -> None:
-    assert next_state(DeviceState(), GOOD, now=0.0, quiet_period_s=60) == DeviceState()
+    assert next_state(HealthRecord(), GOOD, now=0.0, quiet_period_s=60) == HealthRecord()
 
 
 # -- the monitor thread -------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from gpu_device_plugin.health import tegra
-from gpu_device_plugin.health.policy import XidPolicy, xid_policy_from_env
+from gpu_device_plugin.health.rules import XidPolicy, xid_policy_from_env
 from gpu_device_plugin.health.tegra import (
     GpuLogError,
     TegraHealthMonitor,

@@ -37,9 +37,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Settings
 from .hostpath import host_path_exists
 from .model import Gpu
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 

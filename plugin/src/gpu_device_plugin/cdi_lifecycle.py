@@ -13,8 +13,8 @@ import logging
 from collections.abc import Sequence
 
 from . import cdi
-from .config import Settings
 from .model import Gpu
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 

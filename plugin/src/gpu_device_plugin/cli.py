@@ -8,13 +8,14 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__, config, logs, policy
-from .config import ConfigError, Settings
 from .discovery.base import DiscoveryError
 from .discovery.select import choose
 from .health.base import HealthMonitor
 from .model import Gpu
+from .settings import ConfigError, Settings
 
 log = logging.getLogger("gpu_device_plugin")
 
@@ -24,11 +25,25 @@ def _read(path: str) -> str:
         return f.read()
 
 
+def add_config_arguments(parser: argparse.ArgumentParser, default: Any = None) -> None:
+    """Flags default to None so we can tell 'not given' from a value.
+
+    Subcommand parsers pass default=argparse.SUPPRESS so a flag given before the subcommand
+    is not overwritten by the subcommand's own default.
+    """
+    parser.add_argument("--config-file", metavar="PATH", default=default,
+                        help="YAML config file (official plugin's v1 format) [env CONFIG_FILE]")
+    for option in config.OPTIONS:
+        extra: dict[str, Any] = {"nargs": "?", "const": "true"} if option.is_switch else {}
+        parser.add_argument(option.flag, dest=option.attr, metavar=option.metavar or None, default=default,
+                            help=f"{option.help} [env {option.env}]", **extra)
+
+
 def build_parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(add_help=False)
-    config.add_arguments(top)
+    add_config_arguments(top)
     common = argparse.ArgumentParser(add_help=False)
-    config.add_arguments(common, default=argparse.SUPPRESS)
+    add_config_arguments(common, default=argparse.SUPPRESS)
     parser = argparse.ArgumentParser(
         prog="gpu-device-plugin", parents=[top],
         description="Kubernetes device plugin for NVIDIA GPUs (Jetson/Tegra, NVML, simulated). "

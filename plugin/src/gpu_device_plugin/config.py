@@ -7,61 +7,24 @@ with camelCase names. Parsing is pure: text/dicts in, `Settings` or `ConfigError
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
-DEFAULT_RESOURCE = "nvidia.com/gpu"
-DISCOVERY_STRATEGIES = ("auto", "tegra", "nvml", "simulated")
-DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
-DEVICE_ID_STRATEGIES = ("uuid", "index")
-ALLOCATION_POLICIES = ("distributed", "packed")
-MIG_STRATEGIES = ("none",)
-MAX_SIMULATED_GPUS = 64
-MAX_REPLICAS = 256
-
-
-class ConfigError(ValueError):
-    """A setting is invalid; the message names the flag/field and how to fix it."""
-
-
-@dataclass(frozen=True)
-class TimeSlicing:
-    replicas: int = 1  # 1 = no sharing
-    rename_by_default: bool = False
-    fail_requests_greater_than_one: bool = False
-
-
-@dataclass(frozen=True)
-class Settings:
-    kubelet_socket: str = DEFAULT_KUBELET_SOCKET
-    device_discovery_strategy: str = "auto"
-    fail_on_init_error: bool = False
-    device_list_strategy: tuple[str, ...] = ("envvar",)
-    device_id_strategy: str = "uuid"
-    pass_device_specs: bool = False
-    mig_strategy: str = "none"
-    allocation_policy: str = "distributed"
-    cdi_annotation_prefix: str = "cdi.k8s.io/"
-    cdi_kind: str = "meta-gpu-k8s.io/gpu"
-    cdi_spec_dir: str = "/var/run/cdi"
-    simulated_gpus: int = 0
-    simulated_health_dir: str = ""
-    host_root: str = "/"
-    metrics_address: str = ""
-    health_recovery_period: float = 60.0
-    log_level: str = "info"
-    config_file: str = ""
-    time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
-
-    @property
-    def socket_dir(self) -> str:
-        # The kubelet's socket directory also holds ours (the official plugin's convention).
-        return self.kubelet_socket.rsplit("/", 1)[0] or "/"
-
+from .settings import (
+    ALLOCATION_POLICIES,
+    DEFAULT_RESOURCE,
+    DEVICE_ID_STRATEGIES,
+    DEVICE_LIST_STRATEGIES,
+    DISCOVERY_STRATEGIES,
+    MAX_REPLICAS,
+    MAX_SIMULATED_GPUS,
+    MIG_STRATEGIES,
+    ConfigError,
+    Settings,
+    TimeSlicing,
+)
 
 # ---------------------------------------------------------------- value parsers
 
@@ -168,6 +131,11 @@ class Option:
     help: str
     metavar: str = ""
     yaml_type: type | None = None  # in the file the value must be this YAML type (no quoted numbers)
+
+    @property
+    def is_switch(self) -> bool:
+        """A true/false option: `--flag` alone means true."""
+        return self.parse is _bool
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -385,21 +353,8 @@ def parse_env(environ: Mapping[str, str]) -> dict[str, Any]:
     return _parse_options(lambda o: environ.get(o.env) or None, lambda o: f"environment {o.env}")
 
 
-def add_arguments(parser: argparse.ArgumentParser, default: Any = None) -> None:
-    """Flags default to None so we can tell 'not given' from a value.
-
-    Subcommand parsers pass default=argparse.SUPPRESS so a flag given before the subcommand
-    is not overwritten by the subcommand's own default.
-    """
-    parser.add_argument("--config-file", metavar="PATH", default=default,
-                        help="YAML config file (official plugin's v1 format) [env CONFIG_FILE]")
-    for option in OPTIONS:
-        extra: dict[str, Any] = {"nargs": "?", "const": "true"} if option.parse is _bool else {}
-        parser.add_argument(option.flag, dest=option.attr, metavar=option.metavar or None, default=default,
-                            help=f"{option.help} [env {option.env}]", **extra)
-
-
-def parse_flags(namespace: argparse.Namespace) -> dict[str, Any]:
+def parse_flags(namespace: Any) -> dict[str, Any]:
+    """Flag values from an argparse namespace (None: not given)."""
     return _parse_options(lambda o: getattr(namespace, o.attr, None), lambda o: o.flag)
 
 
@@ -459,7 +414,7 @@ def backend_conflict(settings: Settings, backend: str) -> str | None:
             "container; use envvar or volume-mounts with the NVIDIA container runtime, which injects the driver")
 
 
-def load(argv_namespace: argparse.Namespace, environ: Mapping[str, str],
+def load(argv_namespace: Any, environ: Mapping[str, str],
          read_file: Callable[[str], str]) -> tuple[Settings, tuple[str, ...]]:
     """All three sources; returns the settings and any warnings to log."""
     flags = parse_flags(argv_namespace)

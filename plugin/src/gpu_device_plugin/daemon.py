@@ -23,12 +23,12 @@ import grpc
 from . import __version__, config, inotify, policy, sdnotify
 from .api import pb, rpc
 from .cdi_lifecycle import CdiSpecKeeper
-from .config import ConfigError, Settings
 from .health.base import HealthMonitor
 from .model import Gpu, Health
 from .observability import Status, StatusServer
 from .server import PluginServer, RegistrationError, register
 from .servicer import DevicePluginServicer
+from .settings import ConfigError, Settings
 from .socket_check import socket_path_problem
 from .state import DeviceState
 

@@ -12,8 +12,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .config import DEFAULT_RESOURCE, Settings
 from .model import HEALTHY, Gpu, Health
+from .settings import DEFAULT_RESOURCE, Settings
 
 REPLICA_SEPARATOR = "::"
 VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"

@@ -11,8 +11,8 @@ import grpc
 
 from . import policy
 from .api import pb
-from .config import Settings
 from .hostpath import host_path_exists
+from .settings import Settings
 from .state import DeviceState
 
 log = logging.getLogger(__name__)

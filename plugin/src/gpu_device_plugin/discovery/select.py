@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Settings
+from ..settings import Settings
 from .base import Backend, Probe
 from .simulated import SimulatedBackend
 from .tegra import TegraBackend

@@ -26,7 +26,7 @@ from ..discovery.base import DiscoveryError
 from ..discovery.nvml import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from ..model import Gpu, Health
 from .base import Report, loop_alive
-from .policy import GOOD, DeviceState, Observation, XidPolicy, bad, next_state, xid_policy_from_env
+from .rules import GOOD, HealthRecord, Observation, XidPolicy, bad, next_state, xid_policy_from_env
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class NvmlHealthMonitor:
         self._beat = time.monotonic()  # last turn of the monitor loop
         self._started = False
         self._gpus: dict[str, Gpu] = {}
-        self._states: dict[str, DeviceState] = {}
+        self._states: dict[str, HealthRecord] = {}
         self._report: Report = lambda gpu_id, health: None
         self._policy = XidPolicy()
 
@@ -92,7 +92,7 @@ class NvmlHealthMonitor:
         for warning in self._policy.warnings:
             log.warning("%s", warning)
         self._gpus = {gpu.id: gpu for gpu in gpus}
-        self._states = {gpu.id: DeviceState() for gpu in gpus}
+        self._states = {gpu.id: HealthRecord() for gpu in gpus}
         self._report = report
         if not self._policy.checks_enabled:
             log.info("NVML health checks disabled by DP_DISABLE_HEALTHCHECKS")

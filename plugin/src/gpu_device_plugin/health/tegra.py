@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from .. import inotify
 from ..model import Gpu, Health
 from .base import Report, loop_alive
-from .policy import GOOD, DeviceState, Observation, XidPolicy, bad, next_state, xid_policy_from_env
+from .rules import GOOD, HealthRecord, Observation, XidPolicy, bad, next_state, xid_policy_from_env
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ class TegraHealthMonitor:
         self._clock = clock
         self._policy = XidPolicy()
         self._gpus: list[Gpu] = []
-        self._states: dict[str, DeviceState] = {}
+        self._states: dict[str, HealthRecord] = {}
         self._report: Report = lambda gpu_id, health: None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -249,7 +249,7 @@ class TegraHealthMonitor:
         for warning in self._policy.warnings:
             log.warning("%s", warning)
         self._gpus = list(gpus)
-        self._states = {gpu.id: DeviceState() for gpu in gpus}
+        self._states = {gpu.id: HealthRecord() for gpu in gpus}
         self._report = report
         if not self._policy.checks_enabled:
             log.info("Tegra health checks disabled by DP_DISABLE_HEALTHCHECKS")

@@ -1,4 +1,4 @@
-"""Pure health decisions shared by the monitors: which Xids count, and when a GPU recovers.
+"""Pure health rules shared by the monitors: which Xids count, and when a GPU recovers.
 
 No I/O here: the monitors feed plain values (an Xid, an observation, the time) and act on
 the answers, so every rule is testable without NVML, a kernel log or a clock.
@@ -105,22 +105,24 @@ def bad(reason: str) -> Observation:
 
 
 @dataclass(frozen=True)
-class DeviceState:
+class HealthRecord:
+    """What a monitor remembers of one GPU between observations."""
+
     healthy: bool = True
     reason: str = ""  # why it is Unhealthy (the latest bad observation)
     last_bad: float = -math.inf  # clock time of the latest bad observation
 
 
 def next_state(
-    state: DeviceState, observation: Observation, now: float, quiet_period_s: float
-) -> DeviceState:
+    state: HealthRecord, observation: Observation, now: float, quiet_period_s: float
+) -> HealthRecord:
     """Recovery rule: any bad observation marks Unhealthy and restarts the quiet period; a
     good observation makes an Unhealthy GPU Healthy once `quiet_period_s` has passed since
     the last bad one. A bad observation is always recorded, so a GPU that keeps failing
     never recovers.
     """
     if not observation.ok:
-        return DeviceState(healthy=False, reason=observation.reason, last_bad=now)
+        return HealthRecord(healthy=False, reason=observation.reason, last_bad=now)
     if not state.healthy and now - state.last_bad >= quiet_period_s:
-        return DeviceState(healthy=True, reason="", last_bad=state.last_bad)
+        return HealthRecord(healthy=True, reason="", last_bad=state.last_bad)
     return state

@@ -1,0 +1,57 @@
+"""What the plugin runs with: plain values, no parsing (the policy core imports only this).
+
+`config` turns flags, environment and the YAML file into these; `cli` owns argparse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
+DEFAULT_RESOURCE = "nvidia.com/gpu"
+DISCOVERY_STRATEGIES = ("auto", "tegra", "nvml", "simulated")
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+DEVICE_ID_STRATEGIES = ("uuid", "index")
+ALLOCATION_POLICIES = ("distributed", "packed")
+MIG_STRATEGIES = ("none",)
+MAX_SIMULATED_GPUS = 64
+MAX_REPLICAS = 256
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the flag/field and how to fix it."""
+
+
+@dataclass(frozen=True)
+class TimeSlicing:
+    replicas: int = 1  # 1 = no sharing
+    rename_by_default: bool = False
+    fail_requests_greater_than_one: bool = False
+
+
+@dataclass(frozen=True)
+class Settings:
+    kubelet_socket: str = DEFAULT_KUBELET_SOCKET
+    device_discovery_strategy: str = "auto"
+    fail_on_init_error: bool = False
+    device_list_strategy: tuple[str, ...] = ("envvar",)
+    device_id_strategy: str = "uuid"
+    pass_device_specs: bool = False
+    mig_strategy: str = "none"
+    allocation_policy: str = "distributed"
+    cdi_annotation_prefix: str = "cdi.k8s.io/"
+    cdi_kind: str = "meta-gpu-k8s.io/gpu"
+    cdi_spec_dir: str = "/var/run/cdi"
+    simulated_gpus: int = 0
+    simulated_health_dir: str = ""
+    host_root: str = "/"
+    metrics_address: str = ""
+    health_recovery_period: float = 60.0
+    log_level: str = "info"
+    config_file: str = ""
+    time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
+
+    @property
+    def socket_dir(self) -> str:
+        # The kubelet's socket directory also holds ours (the official plugin's convention).
+        return self.kubelet_socket.rsplit("/", 1)[0] or "/"
