@@ -10,6 +10,7 @@ from pathlib import Path
 from invoke import Context, Exit, task
 
 from tools import build as build_module
+from tools import check_image as check_image_module
 from tools import console
 from tools import flash as flash_module
 from tools import lint as lint_module
@@ -84,6 +85,46 @@ def build(
     except build_module.BuildError as failure:
         console.error(str(failure))
         raise Exit(code=1) from None
+
+
+@task(
+    auto_shortflags=False,
+    help={
+        "machine": f"which image to check: {', '.join(build_module.MACHINES)} "
+        f"(default {build_module.DEFAULT_MACHINE}); ignored with --kas",
+        "kas": "a kas file (with :includes) instead of --machine, e.g. kas/jetson-nano.yml:kas/local.yml",
+        "target": "image recipe to check (default: the machine's image, gpu-k8s-image with --kas)",
+        "build-dir": "kas work dir (default: the one ./task build uses for the machine; env KAS_WORK_DIR)",
+        "verbose": "stream kas/bitbake output instead of a progress line",
+    }
+)
+def check_image(
+    c: Context,
+    machine: str = build_module.DEFAULT_MACHINE,
+    kas: str | None = None,
+    target: str | None = None,
+    build_dir: str | None = None,
+    verbose: bool = False,
+) -> None:
+    """Check what an image will contain, from bitbake's parse data, in minutes instead of a build.
+
+    Through kas and bitbake's tinfoil, resolves the image's runtime closure (IMAGE_INSTALL,
+    RDEPENDS/RRECOMMENDS, packagegroups, machine extras, kernel modules) and checks it holds
+    what the node needs: on Jetson the GPU driver, CUDA libraries and NVIDIA runtime; on
+    x86-64 the netfilter modules k3s loads; everywhere docker, k3s and the plugin. Prints
+    what is missing and why it matters; exit status 1 when something is."""
+    options = check_image_module.CheckImageOptions(
+        machine=machine, kas_file=kas, target=target, build_dir=_optional_path(build_dir), verbose=verbose
+    )
+    try:
+        if not kas:
+            build_module.machine_target(machine)
+        findings = check_image_module.run_check_image(options)
+    except (check_image_module.CheckImageError, build_module.BuildError) as failure:
+        console.error(str(failure))
+        raise Exit(code=1) from None
+    if any(not finding.ok for finding in findings):
+        raise Exit(code=1)
 
 
 @task(

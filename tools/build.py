@@ -10,7 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from tools import console, hostcheck, process
+from tools import console, hostcheck, image_manifest, process
+from tools import image_requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
 
 
@@ -22,13 +23,14 @@ class MachineTarget:
     kas_file: str
     yocto_machine: str
     default_image: str
+    kinds: tuple[str, ...] = ()  # which image_requirements lists the image must meet
 
 
 # The one table to edit when kas files are renamed or machines are added.
 MACHINES: dict[str, MachineTarget] = {
-    "qemu": MachineTarget("kas/qemu-x86-64.yml", "qemux86-64", "gpu-k8s-image-dev"),
-    "x86-64": MachineTarget("kas/x86-64.yml", "genericx86-64", "gpu-k8s-image"),
-    "jetson-nano": MachineTarget("kas/jetson-nano.yml", "jetson-nano-devkit", "gpu-k8s-image"),
+    "qemu": MachineTarget("kas/qemu-x86-64.yml", "qemux86-64", "gpu-k8s-image-dev", (req.X86_64, req.QEMU)),
+    "x86-64": MachineTarget("kas/x86-64.yml", "genericx86-64", "gpu-k8s-image", (req.X86_64,)),
+    "jetson-nano": MachineTarget("kas/jetson-nano.yml", "jetson-nano-devkit", "gpu-k8s-image", (req.JETSON,)),
 }
 DEFAULT_MACHINE = "qemu"
 
@@ -119,9 +121,33 @@ def kas_build_command(options: BuildOptions, environ: Mapping[str, str]) -> proc
     )
 
 
+def tmp_dir(env: Mapping[str, str]) -> Path:
+    return Path(env["TMPDIR"]) if env.get("TMPDIR") else Path(env["KAS_BUILD_DIR"]) / "tmp"
+
+
 def deploy_dir(options: BuildOptions, env: Mapping[str, str]) -> Path:
-    tmpdir = Path(env["TMPDIR"]) if env.get("TMPDIR") else Path(env["KAS_BUILD_DIR"]) / "tmp"
-    return tmpdir / "deploy" / "images" / machine_target(options.machine).yocto_machine
+    return tmp_dir(env) / "deploy" / "images" / machine_target(options.machine).yocto_machine
+
+
+def check_built_image(options: BuildOptions, env: Mapping[str, str]) -> list[req.Finding]:
+    """The built image's manifest against the same list `./task check-image` uses.
+    Raises BuildError when the build left no manifest."""
+    target = machine_target(options.machine)
+    pkgdata = tmp_dir(env) / "pkgdata" / target.yocto_machine
+    try:
+        manifest, findings = image_manifest.check_manifest(
+            deploy_dir(options, env),
+            image_name(options),
+            target.yocto_machine,
+            list(target.kinds),
+            image_manifest.cuda_packages_from_pkgdata(pkgdata / "runtime"),
+            runtime_reverse=pkgdata / "runtime-reverse",
+        )
+    except FileNotFoundError as missing:
+        raise BuildError(f"the build finished but left no manifest to check: {missing}") from None
+    console.step(f"checking what the image contains ({manifest.name})")
+    print("\n".join(req.report_lines(findings)), flush=True)
+    return findings
 
 
 @dataclass(frozen=True)
@@ -242,4 +268,11 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
     if not artifacts:
         where = deploy_dir(options, command.env)
         console.warn(f"the build succeeded but nothing named {image}* is in {where}")
+        return artifacts
+    lacking = [finding.requirement.label for finding in check_built_image(options, command.env) if not finding.ok]
+    if lacking:
+        raise BuildError(
+            f"{image} was built but lacks {', '.join(lacking)} (why each matters: above); "
+            "see docs/layer.md for what adds them, then rebuild"
+        )
     return artifacts

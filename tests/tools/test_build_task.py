@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tools import build, hostcheck, process
+from tools import image_requirements as req
 
 GIB = 1024**3
 
@@ -28,7 +29,16 @@ with open(os.path.join(deploy, 'bzImage'), 'wb') as kernel:
     kernel.write(b'\\0' * 1024)
 with open(os.path.join(deploy, 'unrelated.txt'), 'w') as other:
     other.write('not an artifact')
+with open(os.path.join(deploy, target + '-qemux86-64.manifest'), 'w') as manifest:
+    for name in env['STAND_IN_MANIFEST'].split():
+        manifest.write(name + ' core2_64 1.0\\n')
 """
+
+# What a complete QEMU image's manifest lists (docker comes as docker-ce, its provider).
+FULL_QEMU_MANIFEST = [
+    "docker-ce" if r.label == "docker" else r.label
+    for r in req.requirements_for([req.X86_64, req.QEMU])
+] + ["busybox", "systemd"]
 
 
 @pytest.fixture
@@ -101,12 +111,14 @@ def test_build_runs_kas_and_lists_artifacts_with_sizes(
 ) -> None:
     stand_ins.add("kas", KAS_STAND_IN)
     monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    monkeypatch.setenv("STAND_IN_MANIFEST", " ".join(FULL_QEMU_MANIFEST))
     environ = {"SSTATE_MIRRORS": "file://.* http://cache/PATH"}
     artifacts = build.run_build(options_in(tmp_path), environ=environ)
     names = {a.path.name for a in artifacts}
     assert names == {
         "gpu-k8s-image-dev-qemux86-64.rootfs-20260101.ext4",
         "gpu-k8s-image-dev-qemux86-64.rootfs.ext4",
+        "gpu-k8s-image-dev-qemux86-64.manifest",
         "bzImage",
     }
     link = next(a for a in artifacts if a.link_target)
@@ -117,6 +129,20 @@ def test_build_runs_kas_and_lists_artifacts_with_sizes(
     assert call["argv"] == ["build", "--target", "gpu-k8s-image-dev", "kas/qemu-x86-64.yml"]
     log = (tmp_path / "qemu" / "build" / "kas-build.log").read_text()
     assert "Running task 3 of 3" in log
+    assert "ok       kernel-module-br-netfilter" in out
+
+
+def test_build_fails_when_the_manifest_lacks_a_required_piece(
+    tmp_path: Path, stand_ins, fit_host, monkeypatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stand_ins.add("kas", KAS_STAND_IN)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    lacking = [name for name in FULL_QEMU_MANIFEST if name != "kernel-module-br-netfilter"]
+    monkeypatch.setenv("STAND_IN_MANIFEST", " ".join(lacking))
+    with pytest.raises(build.BuildError, match="was built but lacks kernel-module-br-netfilter"):
+        build.run_build(options_in(tmp_path), environ={})
+    out = capsys.readouterr().out
+    assert "MISSING  kernel-module-br-netfilter: k3s modprobes it" in out
 
 
 def test_failed_build_names_the_error_log_and_next_step(tmp_path: Path, stand_ins, fit_host, monkeypatch) -> None:

@@ -1,7 +1,8 @@
 SUMMARY = "GPU Kubernetes node: docker, k3s, NVIDIA runtime and the GPU device plugin"
 DESCRIPTION = "Everything a meta-gpu-k8s node runs: docker with its daemon.json, k3s in the \
-role GPU_K8S_K3S_ROLE selects (server or agent) with its config, the GPU device plugin; on \
-Jetson the NVIDIA container runtime; on QEMU the preloaded smoke/pause images."
+role GPU_K8S_K3S_ROLE selects (server or agent) with its config, the GPU device plugin, the \
+netfilter modules k3s loads; on Jetson the NVIDIA container runtime and the CUDA userspace \
+GPU_K8S_CUDA selects; on QEMU the preloaded smoke/pause images."
 HOMEPAGE = "https://github.com/meta-gpu-k8s/meta-gpu-k8s"
 LICENSE = "MIT"
 
@@ -20,10 +21,64 @@ RDEPENDS:${PN} = " \
     gpu-k8s-docker-config \
     gpu-k8s-k3s-config \
 "
+
 # nvidia-docker is left out: it only adds a CLI wrapper and its own daemon.json.
 RDEPENDS:${PN}:append:tegra = " \
     libnvidia-container-tools \
     nvidia-container-runtime \
     nvidia-container-toolkit \
+    ${GPU_K8S_CUDA_PACKAGES} \
 "
 RDEPENDS:${PN}:append:qemuall = " gpu-k8s-preload-images"
+
+# Kernel modules k3s modprobes at start (br_netfilter: bridged pod traffic through
+# iptables, without it pod -> ClusterIP on the same node, DNS included, breaks; ip_set and
+# xt_set: the network policy controller) and that k3s's own recipe does not recommend.
+# Recommends, not depends: a kernel that builds one in (linux-tegra's fragment does) has no
+# package for it, and modprobe of a built-in module succeeds.
+GPU_K8S_KERNEL_MODULES ?= " \
+    kernel-module-br-netfilter \
+    kernel-module-ip-set \
+    kernel-module-ip-set-hash-ip \
+    kernel-module-ip-set-hash-net \
+    kernel-module-xt-set \
+"
+RRECOMMENDS:${PN} = "${GPU_K8S_KERNEL_MODULES}"
+
+# How much of the Jetson CUDA userspace goes in (docs/layer.md). On L4T R32 the container
+# runtime mounts into a container only what the host has and its CSV files list; meta-tegra
+# writes one CSV per library package, so a library missing here is missing in every pod.
+# Each level includes the ones before it:
+#   driver     tegra-libraries-cuda (libcuda.so.1)
+#   runtime    + cuda-cudart (libcudart.so.10.2): enough for l4t-base and CUDA samples
+#   libraries  + cuBLAS, cuFFT, cuRAND, cuSOLVER, cuSPARSE, NPP, NVRTC, nvGRAPH
+#   cudnn      + cuDNN 8
+#   tensorrt   + TensorRT 8 (nvinfer, parsers, plugins; needs DISTRO_FEATURES opengl)
+GPU_K8S_CUDA ??= "runtime"
+
+def gpu_k8s_cuda_levels():
+    # (level, packages it adds), in order: a level brings its own and all earlier ones
+    return (
+        ('driver', 'tegra-libraries-cuda'),
+        ('runtime', 'cuda-cudart'),
+        ('libraries', 'cuda-libraries'),
+        ('cudnn', 'cudnn'),
+        ('tensorrt', 'tensorrt-core tensorrt-plugins'),
+    )
+
+def gpu_k8s_cuda_packages(d):
+    chosen = d.getVar('GPU_K8S_CUDA')
+    names = [name for name, _ in gpu_k8s_cuda_levels()]
+    if chosen not in names:
+        return ''
+    return ' '.join(packages for _, packages in gpu_k8s_cuda_levels()[:names.index(chosen) + 1])
+
+GPU_K8S_CUDA_PACKAGES = "${@gpu_k8s_cuda_packages(d)}"
+
+# nooelint: oelint.task.noanonpython - a wrong level must stop the parse, not build an image without CUDA
+python () {
+    chosen = d.getVar('GPU_K8S_CUDA')
+    levels = [name for name, _ in gpu_k8s_cuda_levels()]
+    if chosen not in levels:
+        bb.fatal('GPU_K8S_CUDA must be one of %s, got "%s" (set it in local.conf)' % (', '.join(levels), chosen))
+}

@@ -1,0 +1,104 @@
+"""check-image: the kas command it runs, its refusals, and the report from the probe's JSON
+(a stand-in kas plays `kas shell ... -c probe` and writes what the real probe writes)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools import build, check_image
+from tools import image_closure as ic
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Plays kas: takes the probe's --out from the -c command line and writes the probe's JSON,
+# here a Jetson closure as main had it before issue 8 (no machine extras, no CUDA).
+KAS_STAND_IN = """
+import shlex
+inner = shlex.split(argv[argv.index('-c') + 1])
+out = inner[inner.index('--out') + 1]
+print('NOTE: Started PRServer with DBfile')
+with open(os.environ['STAND_IN_PROBE_JSON']) as source, open(out, 'w') as target:
+    target.write(source.read())
+"""
+
+
+def probe_json(tmp_path: Path, installed: list[str], overrides: list[str], arch: str, cuda: list[str]) -> Path:
+    closure = ic.Closure()
+    for name in installed:
+        closure.installed[name] = ic.Installed(name, name, ic.BY_PACKAGE, name, ic.IMAGE, ic.IMAGE)
+    data = {"image": "gpu-k8s-image", "machine": "jetson-nano-devkit", "machineoverrides": overrides,
+            "target_arch": arch, "cuda_level": "runtime", "cuda_packages": cuda, "closure": closure.to_json()}
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+MAIN_JETSON_CLOSURE = ["docker-ce", "k3s", "k3s-server", "gpu-device-plugin", "python3-grpcio", "python3-protobuf",
+                       "python3-pyyaml", "gpu-k8s-docker-config", "nvidia-container-runtime",
+                       "nvidia-container-toolkit", "libnvidia-container-tools"]
+
+
+def test_probe_runs_inside_kas_shell_with_the_build_dirs_of_the_machine(tmp_path: Path) -> None:
+    options = check_image.CheckImageOptions(machine="jetson-nano")
+    command = check_image.probe_command(options, "gpu-k8s-image", tmp_path / "out.json", environ={})
+    assert command.argv[1:3] == ["shell", "kas/jetson-nano.yml"]
+    inner = shlex.split(command.argv[command.argv.index("-c") + 1])
+    assert inner[:2] == ["python3", str(REPO_ROOT / "tools" / "bitbake_probe.py")]
+    assert inner[inner.index("--image") + 1] == "gpu-k8s-image"
+    assert command.env["KAS_WORK_DIR"] == str(REPO_ROOT / "build" / "jetson-nano")
+
+
+def test_a_kas_file_option_gets_its_own_work_dir() -> None:
+    options = check_image.CheckImageOptions(kas_file="kas/x86-64.yml:kas/local.yml")
+    command = check_image.probe_command(options, "gpu-k8s-image", Path("/tmp/x.json"), environ={})
+    assert command.argv[2] == "kas/x86-64.yml:kas/local.yml"
+    assert command.env["KAS_WORK_DIR"].endswith("build/check-x86-64")
+
+
+def test_root_is_refused_in_one_line_before_kas_runs(stand_ins) -> None:
+    with pytest.raises(check_image.CheckImageError, match="running as root.*fix:"):
+        check_image.run_check_image(check_image.CheckImageOptions(), environ={}, euid=0)
+    assert stand_ins.calls("kas") == []
+
+
+def test_unknown_kas_file_is_refused(tmp_path: Path) -> None:
+    options = check_image.CheckImageOptions(kas_file="kas/nope.yml", build_dir=tmp_path)
+    with pytest.raises(check_image.CheckImageError, match="kas file kas/nope.yml does not exist"):
+        check_image.run_check_image(options, environ={}, euid=1000)
+
+
+def test_main_jetson_closure_is_reported_with_the_missing_driver(
+    tmp_path: Path, stand_ins, monkeypatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stand_ins.add("kas", KAS_STAND_IN)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    tegra = ["aarch64", "tegra210", "cuda", "tegra", "jetson-nano-devkit"]
+    json_path = probe_json(tmp_path, MAIN_JETSON_CLOSURE, tegra, "aarch64", ["tegra-libraries-cuda", "cuda-cudart"])
+    monkeypatch.setenv("STAND_IN_PROBE_JSON", str(json_path))
+    options = check_image.CheckImageOptions(machine="jetson-nano", build_dir=tmp_path / "work")
+    findings = check_image.run_check_image(options, environ={}, euid=1000)
+    lacking = {f.requirement.label for f in findings if not f.ok}
+    assert lacking == {"kernel-module-nvgpu", "tegra-configs-udev", "tegra-libraries-cuda",
+                       "tegra-libraries-cuda-container-csv", "cuda-cudart"}
+    out = capsys.readouterr().out
+    assert "MISSING  kernel-module-nvgpu: the GPU driver" in out
+    assert "5 of 16 required pieces missing" in out
+    (call,) = stand_ins.calls("kas")
+    assert call["argv"][:2] == ["shell", "kas/jetson-nano.yml"]
+
+
+def test_check_image_task_exits_1_with_one_line_for_a_bad_machine() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "check-image", "--machine", "rpi"],
+        capture_output=True, text=True, check=False,
+    )
+    assert completed.returncode == 1
+    assert completed.stderr.strip().splitlines() == [
+        "error: unknown machine 'rpi'; choose one of: qemu, x86-64, jetson-nano"]
+    assert "Traceback" not in completed.stdout + completed.stderr

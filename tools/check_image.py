@@ -1,0 +1,163 @@
+"""`check-image`: what will the image contain? Answered from bitbake's parse data in
+minutes, before a build that takes hours.
+
+kas sets up the layers and the build environment; inside it `tools/bitbake_probe.py`
+resolves the image's runtime closure with tinfoil and writes JSON; here the closure is
+checked against `image_requirements` and reported, missing pieces with why they matter."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools import build, console, hostcheck, process
+from tools import image_closure as closure_mod
+from tools import image_requirements as req
+from tools.paths import BUILD_ROOT, REPO_ROOT
+
+PROBE = REPO_ROOT / "tools" / "bitbake_probe.py"
+
+
+class CheckImageError(Exception):
+    """The check could not run; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class CheckImageOptions:
+    machine: str = build.DEFAULT_MACHINE
+    kas_file: str | None = None  # overrides the machine's kas file; may carry :includes
+    target: str | None = None
+    build_dir: Path | None = None
+    verbose: bool = False
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    image: str
+    machine: str
+    classes: list[str]
+    cuda_level: str
+    cuda_packages: list[str]
+    closure: closure_mod.Closure
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> ProbeResult:
+        return cls(
+            image=data["image"],
+            machine=data["machine"],
+            classes=req.machine_classes(data.get("machineoverrides", []), data.get("target_arch", "")),
+            cuda_level=data.get("cuda_level") or "",
+            cuda_packages=list(data.get("cuda_packages") or []),
+            closure=closure_mod.Closure.from_json(data["closure"]),
+        )
+
+
+def _closure_note(name: str, entry: closure_mod.Installed) -> str:
+    parts = []
+    if entry.package != name:
+        parts.append(f"{entry.package} provides it")
+    if entry.how == closure_mod.BY_DYNAMIC:
+        parts.append(
+            "dynamic package of " + entry.pn + ": made only if the kernel builds the module (built in works too)"
+            if name.startswith("kernel-module-")
+            else f"dynamic package of {entry.pn}: exists only if packaging makes it"
+        )
+    if entry.kind == closure_mod.RECOMMENDS:
+        parts.append(f"recommended by {entry.via}")
+    elif entry.via != closure_mod.IMAGE:
+        parts.append(f"via {entry.via}")
+    return "; ".join(parts)
+
+
+def closure_findings(result: ProbeResult) -> list[req.Finding]:
+    def has(name: str) -> tuple[str, str] | None:
+        entry = result.closure.package_for(name)
+        return (entry.package, _closure_note(name, entry)) if entry else None
+
+    return req.evaluate(req.requirements_for(result.classes, result.cuda_packages), has)
+
+
+def report(result: ProbeResult, findings: list[req.Finding]) -> list[str]:
+    classes = ", ".join(result.classes) or "no machine-specific list"
+    lines = [f"{result.image} for {result.machine} ({classes}): {len(result.closure.installed)} packages in the "
+             "runtime closure"]
+    if req.JETSON in result.classes:
+        lines.append(f"GPU_K8S_CUDA = {result.cuda_level or '(unset)'}: {' '.join(result.cuda_packages) or 'nothing'}")
+    lines += req.report_lines(findings)
+    for item in result.closure.unresolved:
+        lines.append(f"  UNRESOLVED  {item.name} ({item.kind} of {item.via}): {item.reason}")
+    lines += [f"  note: {note}" for note in result.closure.notes]
+    missing = [f.requirement.label for f in findings if not f.ok]
+    if missing:
+        lines.append(f"{len(missing)} of {len(findings)} required pieces missing: {', '.join(missing)}")
+    else:
+        lines.append(f"all {len(findings)} required pieces are in the image")
+    return lines
+
+
+def kas_file_for(options: CheckImageOptions) -> str:
+    return options.kas_file or build.machine_target(options.machine).kas_file
+
+
+def work_dir_for(options: CheckImageOptions) -> Path | None:
+    """With --kas the work dir is named after the kas file, so it never mixes layer
+    checkouts with a --machine build dir."""
+    if options.build_dir or not options.kas_file:
+        return options.build_dir
+    stem = Path(options.kas_file.split(":", 1)[0]).stem
+    return BUILD_ROOT / f"check-{stem}"
+
+
+def probe_command(options: CheckImageOptions, image: str, out: Path, environ: Mapping[str, str]) -> process.Command:
+    build_options = build.BuildOptions(machine=options.machine, build_dir=work_dir_for(options))
+    inner = shlex.join(["python3", str(PROBE), "--image", image, "--out", str(out)])
+    return process.Command(
+        argv=[build.kas_executable(), "shell", kas_file_for(options), "-c", inner],
+        cwd=REPO_ROOT,
+        env=build.build_environment(build_options, environ),
+    )
+
+
+def image_for(options: CheckImageOptions) -> str:
+    if options.target:
+        return options.target
+    if options.kas_file:
+        return "gpu-k8s-image"
+    return build.machine_target(options.machine).default_image
+
+
+def run_check_image(options: CheckImageOptions, environ: Mapping[str, str] | None = None,
+                    euid: int | None = None) -> list[req.Finding]:
+    """Resolve and check; returns the findings (the caller fails on a missing one)."""
+    environ = os.environ if environ is None else environ
+    problems = hostcheck.check_not_root(os.geteuid() if euid is None else euid)
+    if problems:
+        raise CheckImageError(f"{problems[0].reason}; fix: {problems[0].fix}")
+    kas_file = kas_file_for(options)
+    for part in kas_file.split(":"):
+        if not (REPO_ROOT / part).is_file():
+            raise CheckImageError(f"kas file {part} does not exist; give one of kas/*.yml (paths relative to the "
+                                  "repository root)")
+    image = image_for(options)
+    env = build.build_environment(build.BuildOptions(machine=options.machine, build_dir=work_dir_for(options)),
+                                  environ)
+    out = Path(env["KAS_BUILD_DIR"]) / f"check-image-{image}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    command = probe_command(options, image, out, environ)
+    log = Path(env["KAS_BUILD_DIR"]) / "check-image.log"
+    console.step(f"resolving what {image} installs, from bitbake's parse data ({kas_file})")
+    try:
+        process.run_logged(command, log, verbose=options.verbose)
+    except process.CommandFailed as failure:
+        print("\n".join(failure.output_tail[-20:]))
+        errors = [line for line in failure.output_tail if "ERROR" in line or "Error" in line]
+        raise CheckImageError(f"{errors[-1] if errors else 'kas/bitbake failed'}\n  full log: {log}") from None
+    result = ProbeResult.from_json(json.loads(out.read_text()))
+    findings = closure_findings(result)
+    print("\n".join(report(result, findings)), flush=True)
+    return findings

@@ -1,0 +1,178 @@
+"""What a node image must contain, per kind of machine, and why each piece matters.
+
+One list serves both checks: `./task check-image` (the closure bitbake's parse data gives,
+before a build) and `./task build` (the manifest of the built image). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+JETSON = "jetson"
+X86_64 = "x86-64"
+QEMU = "qemu"
+
+# Kernel modules k3s loads that its own recipe does not recommend; packagegroup-gpu-k8s
+# recommends the same list (GPU_K8S_KERNEL_MODULES; a test keeps the two equal).
+K3S_KERNEL_MODULES: dict[str, str] = {
+    "br_netfilter": "k3s modprobes it for bridged pod traffic to pass iptables; without it pod -> "
+    "ClusterIP traffic on the same node (cluster DNS included) breaks",
+    "ip_set": "the k3s network policy controller keeps pod addresses in ipsets; without it "
+    "NetworkPolicies fail to apply",
+    "ip_set_hash_ip": "the hash:ip ipsets the network policy controller creates",
+    "ip_set_hash_net": "the hash:net ipsets the network policy controller creates",
+    "xt_set": "iptables' --match-set, how policy rules use those ipsets",
+}
+
+
+# GPU_K8S_CUDA levels and the packages each adds (packagegroup-gpu-k8s.bb has the same
+# table; a test keeps them equal). Used when only a built image, not bitbake, is at hand.
+CUDA_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("driver", ("tegra-libraries-cuda",)),
+    ("runtime", ("cuda-cudart",)),
+    ("libraries", ("cuda-libraries",)),
+    ("cudnn", ("cudnn",)),
+    ("tensorrt", ("tensorrt-core", "tensorrt-plugins")),
+)
+DEFAULT_CUDA_LEVEL = "runtime"
+
+
+def cuda_packages(level: str) -> list[str]:
+    names = [name for name, _ in CUDA_LEVELS]
+    if level not in names:
+        raise ValueError(f"unknown GPU_K8S_CUDA level {level!r}; one of {', '.join(names)}")
+    return [package for _, packages in CUDA_LEVELS[: names.index(level) + 1] for package in packages]
+
+
+def module_package(module: str) -> str:
+    """kernel-module-split's package name: br_netfilter -> kernel-module-br-netfilter."""
+    return "kernel-module-" + module.replace("_", "-").lower()
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """Any one of `names` satisfies it (a runtime name or one of its providers)."""
+
+    names: tuple[str, ...]
+    why: str
+    module: str | None = None  # kernel module name: built into the kernel also satisfies it
+
+    @property
+    def label(self) -> str:
+        return self.names[0]
+
+
+def machine_classes(overrides: Collection[str], target_arch: str) -> list[str]:
+    """Which requirement sets apply, from bitbake's MACHINEOVERRIDES and TARGET_ARCH."""
+    classes = []
+    if "tegra" in overrides:
+        classes.append(JETSON)
+    if target_arch == "x86_64":
+        classes.append(X86_64)
+    if "qemuall" in overrides:
+        classes.append(QEMU)
+    return classes
+
+
+def _common() -> list[Requirement]:
+    return [
+        Requirement(("docker", "docker-ce", "docker-moby"),
+                    "k3s runs every pod through docker (docker: true); without it no pod starts"),
+        Requirement(("k3s",), "the Kubernetes node itself"),
+        Requirement(("k3s-server", "k3s-agent"), "the k3s systemd unit for the node's role"),
+        Requirement(("gpu-device-plugin",),
+                    "advertises nvidia.com/gpu to the kubelet; without it GPU pods stay Pending"),
+        Requirement(("python3-grpcio",), "the plugin speaks gRPC to the kubelet; it does not start without it"),
+        Requirement(("python3-protobuf",), "the plugin's device plugin API messages; it does not start without it"),
+        Requirement(("python3-pyyaml",), "the plugin reads its config file with it"),
+        Requirement(("gpu-k8s-docker-config",),
+                    "docker's daemon.json: the kubelet's cgroup driver, and nvidia as default runtime on Jetson"),
+    ]
+
+
+def _jetson(cuda_packages: Sequence[str]) -> list[Requirement]:
+    requirements = [
+        Requirement(("kernel-module-nvgpu",),
+                    "the GPU driver (a module on L4T R32): without it there is no /dev/nvhost-gpu, "
+                    "discovery finds no GPU and GPU pods stay Pending", module="nvgpu"),
+        Requirement(("tegra-configs-udev",), "udev rules that create the GPU's /dev/nvhost-* and /dev/nvmap "
+                    "nodes with the permissions containers need"),
+        Requirement(("tegra-libraries-cuda",),
+                    "libcuda.so.1: on L4T R32 pods get only the host's libraries, so without it no CUDA in pods"),
+        Requirement(("tegra-libraries-cuda-container-csv",),
+                    "the CSV that tells the NVIDIA runtime to mount libcuda into containers"),
+        Requirement(("nvidia-container-runtime",),
+                    "docker's default runtime on Jetson (daemon.json): without it docker starts no container"),
+        Requirement(("nvidia-container-toolkit",),
+                    "the prestart hook that mounts the GPU device nodes and CSV-listed libraries"),
+        Requirement(("libnvidia-container-tools",), "nvidia-container-cli, which the prestart hook runs"),
+    ]
+    for package in cuda_packages:
+        if package == "tegra-libraries-cuda":
+            continue
+        requirements.append(Requirement((package,), "GPU_K8S_CUDA asks for it (CUDA userspace for pods)"))
+    return requirements
+
+
+def _x86_64() -> list[Requirement]:
+    return [Requirement((module_package(module),), why, module=module) for module, why in K3S_KERNEL_MODULES.items()]
+
+
+def _qemu() -> list[Requirement]:
+    return [
+        Requirement(("gpu-k8s-preload-images",),
+                    "imports the smoke and pause images: the QEMU node pulls nothing from a registry"),
+    ]
+
+
+def requirements_for(classes: Collection[str], cuda_packages: Sequence[str] = ()) -> list[Requirement]:
+    requirements = _common()
+    if JETSON in classes:
+        requirements += _jetson(cuda_packages)
+    if X86_64 in classes:
+        requirements += _x86_64()
+    if QEMU in classes:
+        requirements += _qemu()
+    return requirements
+
+
+@dataclass(frozen=True)
+class Finding:
+    requirement: Requirement
+    satisfied_by: str | None  # package name, or "built into the kernel"
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.satisfied_by is not None
+
+
+def evaluate(
+    requirements: Sequence[Requirement],
+    has: Callable[[str], tuple[str, str] | None],
+    builtin_modules: Collection[str] = (),
+) -> list[Finding]:
+    """`has(name)` -> (package, note) when the image carries `name`, else None."""
+    builtin = {name.replace("-", "_") for name in builtin_modules}
+    findings = []
+    for requirement in requirements:
+        found = next((hit for hit in map(has, requirement.names) if hit), None)
+        if found:
+            findings.append(Finding(requirement, found[0], found[1]))
+        elif requirement.module and requirement.module in builtin:
+            findings.append(Finding(requirement, "built into the kernel"))
+        else:
+            findings.append(Finding(requirement, None))
+    return findings
+
+
+def report_lines(findings: Sequence[Finding]) -> list[str]:
+    """One line per requirement; missing ones say why they matter."""
+    lines = []
+    for finding in findings:
+        if finding.ok:
+            extra = f"  ({finding.note})" if finding.note else ""
+            lines.append(f"  ok       {finding.requirement.label}: {finding.satisfied_by}{extra}")
+        else:
+            lines.append(f"  MISSING  {finding.requirement.label}: {finding.requirement.why}")
+    return lines
