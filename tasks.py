@@ -22,6 +22,19 @@ def _optional_path(value: str | None) -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+def _whole_number(flag: str, value: str | int, minimum: int = 0) -> int:
+    """Numeric options arrive as text (invoke's own int() cast fails with a traceback):
+    a bad one is a one-line error naming the option, exit status 2."""
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or number < minimum:
+        console.error(f"--{flag} must be a whole number >= {minimum}, got {value!r}")
+        raise Exit(code=2)
+    return number
+
+
 @task(
     auto_shortflags=False,
     help={
@@ -53,7 +66,7 @@ def build(
     threads: str | None = None,
     parallel_make: str | None = None,
     repo_ref_dir: str | None = None,
-    min_free_gb: int = build_module.hostcheck.DEFAULT_MIN_FREE_GB,
+    min_free_gb: str = str(build_module.hostcheck.DEFAULT_MIN_FREE_GB),
     dry_run: bool = False,
     verbose: bool = False,
 ) -> None:
@@ -62,6 +75,8 @@ def build(
     Checks the host first (free disk, host tools, not root, locale) and refuses with the
     reason and the fix. Downloads and sstate are shared between machines under build/.
     Ends with the artifacts in the deploy directory, with their sizes."""
+    if threads is not None:
+        _whole_number("threads", threads, minimum=1)
     settings = {
         "DL_DIR": dl_dir,
         "SSTATE_DIR": sstate_dir,
@@ -76,7 +91,7 @@ def build(
         build_dir=_optional_path(build_dir),
         settings={key: str(Path(v).expanduser().absolute()) if key.endswith("_DIR") else v
                   for key, v in settings.items() if v},
-        min_free_gb=min_free_gb,
+        min_free_gb=_whole_number("min-free-gb", min_free_gb),
         dry_run=dry_run,
         verbose=verbose,
     )
@@ -212,17 +227,17 @@ def smoke_test(
     initrd: str | None = None,
     kernel_args: str = "",
     host: str | None = None,
-    port: int = 22,
+    port: str = "22",
     identity: str | None = None,
     gpus: str | None = None,
-    memory_mib: int = 4096,
-    boot_timeout: int = 600,
-    checks_timeout: int = 300,
-    pod_seconds: int = 20,
+    memory_mib: str = "4096",
+    boot_timeout: str = "600",
+    checks_timeout: str = "300",
+    pod_seconds: str = "20",
     log_dir: str | None = None,
     no_kvm: bool = False,
     kvm: bool = False,
-    kvm_probe_timeout: int = int(smoke_module.qemu.KVM_PROBE_TIMEOUT_S),
+    kvm_probe_timeout: str = str(int(smoke_module.qemu.KVM_PROBE_TIMEOUT_S)),
 ) -> None:
     """Boot the QEMU image (or reach a board over SSH) and check it is a working GPU node.
 
@@ -242,17 +257,17 @@ def smoke_test(
         kernel=_optional_path(kernel),
         initrd=_optional_path(initrd),
         host=host,
-        ssh_port=port,
+        ssh_port=_whole_number("port", port, minimum=1),
         identity=_optional_path(identity),
-        expected_gpus=int(gpus) if gpus is not None else None,
-        memory_mib=memory_mib,
-        boot_timeout_s=boot_timeout,
-        pod_sleep_s=pod_seconds,
+        expected_gpus=_whole_number("gpus", gpus) if gpus is not None else None,
+        memory_mib=_whole_number("memory-mib", memory_mib, minimum=1),
+        boot_timeout_s=_whole_number("boot-timeout", boot_timeout, minimum=1),
+        pod_sleep_s=_whole_number("pod-seconds", pod_seconds),
         kernel_args=kernel_args,
         log_dir=_optional_path(log_dir),
-        checks_timeout_s=checks_timeout,
+        checks_timeout_s=_whole_number("checks-timeout", checks_timeout, minimum=1),
         kvm=False if no_kvm else (True if kvm else None),
-        kvm_probe_timeout_s=kvm_probe_timeout,
+        kvm_probe_timeout_s=_whole_number("kvm-probe-timeout", kvm_probe_timeout, minimum=1),
     )
     try:
         smoke_module.run_smoke_test(options)

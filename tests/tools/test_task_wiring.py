@@ -101,3 +101,23 @@ def test_kvm_and_no_kvm_together_are_refused_before_anything_runs() -> None:
     )
     assert completed.returncode == 2
     assert "--kvm and --no-kvm exclude each other" in completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["smoke-test", "--port", "abc"], "error: --port must be a whole number >= 1, got 'abc'"),
+        (["smoke-test", "--memory-mib", "-5"], "error: --memory-mib must be a whole number >= 1, got '-5'"),
+        (["smoke-test", "--gpus", "two"], "error: --gpus must be a whole number >= 0, got 'two'"),
+        (["build", "--min-free-gb", "lots"], "error: --min-free-gb must be a whole number >= 0, got 'lots'"),
+        (["build", "--threads", "0", "--dry-run"], "error: --threads must be a whole number >= 1, got '0'"),
+    ],
+)
+def test_bad_numbers_are_one_line_errors_not_tracebacks(argv: list[str], message: str) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), *argv],
+        capture_output=True, text=True, check=False,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines() == [message]
+    assert "Traceback" not in completed.stdout
