@@ -86,15 +86,40 @@ def check_host_tools(which: Callable[[str], str | None]) -> list[Problem]:
     ]
 
 
-def check_not_root(euid: int) -> list[Problem]:
+def own_clone_steps(repo_root: Path, origin_url: str | None, bundle: Path = Path("/tmp/meta-gpu-k8s.bundle")) -> str:
+    """How a root user gives a normal user a clone of their own. `su builder` inside root's
+    clone cannot work: /root is mode 0700, and kas and git refuse a checkout another user
+    owns. Without an origin to clone from, a bundle (a plain file) carries every branch
+    and avoids git's ownership checks on root's repository."""
+    if origin_url:
+        source, prepare = origin_url, ""
+    else:
+        source = str(bundle)
+        prepare = f"git -C {repo_root} bundle create {source} --all && chmod 644 {source} && "
+    return (
+        f"{prepare}adduser builder && su - builder -c 'git clone {source} meta-gpu-k8s', "
+        "then as builder: cd meta-gpu-k8s && ./task build (docs/tooling.md, 'Building as root')"
+    )
+
+
+def origin_url(repo_root: Path) -> str | None:
+    try:
+        completed = subprocess.run(["git", "-C", str(repo_root), "remote", "get-url", "origin"],
+                                   capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        return None
+    return completed.stdout.strip() or None if completed.returncode == 0 else None
+
+
+def check_not_root(euid: int, repo_root: Path | None = None) -> list[Problem]:
     if euid != 0:
         return []
-    return [
-        Problem(
-            "running as root: bitbake refuses to build as root",
-            "run ./task build as a normal user (e.g. `adduser builder && su - builder`)",
-        )
-    ]
+    if repo_root is None:
+        from tools.paths import REPO_ROOT
+
+        repo_root = REPO_ROOT
+    steps = own_clone_steps(repo_root, origin_url(repo_root))
+    return [Problem("running as root: bitbake refuses to build as root", f"as root: {steps}")]
 
 
 def _normalise_locale(name: str) -> str:

@@ -226,3 +226,28 @@ def test_dry_run_warns_when_kas_would_drop_the_threads_setting(
     build.run_build(options_in(tmp_path, dry_run=True, settings={"BB_NUMBER_THREADS": "8"}), environ={})
     out = capsys.readouterr().out
     assert "warning: BB_NUMBER_THREADS will not reach bitbake" in out and "site.conf" in out
+
+
+def test_root_refusal_tells_how_to_get_a_clone_of_ones_own_and_the_steps_work(tmp_path: Path) -> None:
+    import shlex
+    import subprocess
+
+    repo = tmp_path / "root-clone"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "task").write_text("#!/bin/sh\n")
+    subprocess.run([*git, "add", "task"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    steps = hostcheck.own_clone_steps(repo, None, bundle=tmp_path / "repo.bundle")
+    assert "adduser builder" in steps and "./task build" in steps
+    # the git parts of the advice, run as written (minus adduser/su): they give a checkout
+    bundle_cmd = steps.split(" && chmod")[0]
+    subprocess.run(shlex.split(bundle_cmd), check=True, capture_output=True)
+    clone_cmd = steps.split("-c '")[1].split("'")[0].replace("meta-gpu-k8s", str(tmp_path / "mine"))
+    subprocess.run(shlex.split(clone_cmd), check=True, capture_output=True)
+    assert (tmp_path / "mine" / "task").exists()
+    with_origin = hostcheck.own_clone_steps(repo, "https://example.com/meta-gpu-k8s.git")
+    assert "bundle" not in with_origin and "git clone https://example.com/meta-gpu-k8s.git" in with_origin
+    (problem,) = hostcheck.check_not_root(0, repo)
+    assert "bitbake refuses" in problem.reason and "git clone" in problem.fix
