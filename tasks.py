@@ -293,14 +293,22 @@ def lint(c: Context) -> None:
 
 @task(
     auto_shortflags=False,
-    help={"quick": "skip the plugin leg on the oldest combination (Python 3.10, the image's libraries)"},
+    help={
+        "quick": "skip the plugin leg on the oldest combination (Python 3.10, the image's libraries)",
+        "no-host-setup": "install nothing with apt-get and download no test kernel (QEMU tests then run "
+        "only if their prerequisites are already there; env GPU_K8S_TEST_NO_HOST_SETUP=1)",
+    },
 )
-def test(c: Context, quick: bool = False) -> None:
+def test(c: Context, quick: bool = False, no_host_setup: bool = False) -> None:
     """Run the whole test suite, as CI does (.ci/run calls this).
 
     Legs: ruff; tests/tools and tests/layer; tests/plugin on the oldest (Python 3.10)
     and newest (Python 3.13) library combinations, each in a venv under .venvs/ made
-    when missing or stale. Exit status non-zero if any leg fails."""
-    results = suite_module.run_suite(quick=quick)
+    when missing or stale. Exit status non-zero if any leg fails.
+
+    For the QEMU tests it installs qemu-system-x86 and busybox-static (apt-get, as root,
+    when missing) and keeps a Debian kernel (a few MB) in ~/.cache/meta-gpu-k8s/test-kernel;
+    --no-host-setup changes nothing on the host."""
+    results = suite_module.run_suite(quick=quick, host_setup=not no_host_setup)
     if any(result.failed for result in results):
         raise Exit(code=1)

@@ -96,8 +96,8 @@ def ruff_leg() -> tuple[str, str]:
     return result.status, result.detail
 
 
-def tools_leg() -> tuple[str, str]:
-    env = testdeps.prepare_qemu_test_host()
+def tools_leg(host_setup: bool = True) -> tuple[str, str]:
+    env = testdeps.prepare_qemu_test_host(host_setup)
     detail_note = "" if env else "QEMU tests skipped (see warning above)"
     status, detail = run_pytest(sys.executable, ["tests/tools", "tests/layer"], env)
     return status, "; ".join(part for part in (detail, detail_note) if part)
@@ -113,10 +113,10 @@ def plugin_leg(combination: PluginCombination) -> Callable[[], tuple[str, str]]:
     return body
 
 
-def run_suite(quick: bool = False) -> list[LegResult]:
+def run_suite(quick: bool = False, host_setup: bool = True) -> list[LegResult]:
     legs: list[tuple[str, Callable[[], tuple[str, str]]]] = [
         ("ruff", ruff_leg),
-        ("tools + layer tests", tools_leg),
+        ("tools + layer tests", lambda: tools_leg(host_setup)),
     ]
     for combination in PLUGIN_COMBINATIONS:
         if quick and combination.name == "oldest":

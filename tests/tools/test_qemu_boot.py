@@ -22,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BUSYBOX = Path("/bin/busybox")
 # Debian's kernel has its NICs as modules; e1000 is one module with no dependencies
 # (the real image uses virtio-net-pci, built into linux-yocto).
-NET_MODULES = ("e1000",)
+NET_MODULES = testdeps.TEST_KERNEL_MODULES  # what ./task test keeps of the kernel package
 
 INIT = """#!/bin/busybox sh
 /bin/busybox --install -s /bin
