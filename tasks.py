@@ -294,7 +294,7 @@ def lint(c: Context) -> None:
 @task(
     auto_shortflags=False,
     help={
-        "quick": "skip the plugin leg on the oldest combination (Python 3.10, the image's libraries)",
+        "quick": "skip the Python 3.10 plugin legs (the image's libraries and stock kirkstone's)",
         "no-host-setup": "install nothing with apt-get and download no test kernel (QEMU tests then run "
         "only if their prerequisites are already there; env GPU_K8S_TEST_NO_HOST_SETUP=1)",
     },
@@ -302,9 +302,10 @@ def lint(c: Context) -> None:
 def test(c: Context, quick: bool = False, no_host_setup: bool = False) -> None:
     """Run the whole test suite, as CI does (.ci/run calls this).
 
-    Legs: ruff; tests/tools and tests/layer; tests/plugin on the oldest (Python 3.10)
-    and newest (Python 3.13) library combinations, each in a venv under .venvs/ made
-    when missing or stale. Exit status non-zero if any leg fails.
+    Legs: ruff; tests/tools and tests/layer; tests/plugin on the image's (Python 3.10,
+    grpcio 1.66), stock kirkstone's (Python 3.10, grpcio 1.45) and the newest (Python 3.13)
+    library combinations, each in a venv under .venvs/ made when missing or stale. Exit
+    status non-zero if any leg fails.
 
     For the QEMU tests it installs qemu-system-x86 and busybox-static (apt-get, as root,
     when missing) and keeps a Debian kernel (a few MB) in ~/.cache/meta-gpu-k8s/test-kernel;
