@@ -77,31 +77,6 @@ def test_renamed_resource_registers_under_its_new_name(socket_dir: str, kubelet:
         assert not os.path.exists(f"{socket_dir}/nvidia-gpu.sock")
 
 
-def test_ready_after_registration_and_watchdog_pings(socket_dir: str) -> None:
-    os.makedirs(f"{socket_dir}/systemd")  # the kubelet wipes sockets in its own directory
-    notify_path = f"{socket_dir}/systemd/notify"
-    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sink.bind(notify_path)
-    sink.settimeout(3)
-    environ = {"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "200000", "WATCHDOG_PID": str(os.getpid())}
-    settings = config.Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="simulated",
-                               simulated_gpus=1)
-    daemon = Daemon(settings, SimulatedBackend(1).discover(), None, environ=environ)
-    kubelet = KubeletDouble(socket_dir)
-    try:
-        with RunningDaemon(daemon):
-            first = sink.recv(64).decode()
-            assert first == "WATCHDOG=1", "the watchdog is fed while waiting for the kubelet"
-            kubelet.start()
-            kubelet.wait_registered()
-            messages = [sink.recv(64).decode() for _ in range(4)]
-            assert "READY=1" in messages
-            assert messages.count("WATCHDOG=1") >= 2
-    finally:
-        kubelet.stop()
-        sink.close()
-
-
 def test_watchdog_self_check_fails_when_our_grpc_server_is_wedged(socket_dir: str, monkeypatch) -> None:
     import threading
 

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .cdi_names import DEVICE_NAME, split_kind
 from .hostpath import host_path_exists
 from .model import Gpu
 from .settings import Settings
@@ -50,9 +51,6 @@ DEVICE_PERMISSIONS = "rw"  # read/write is all a GPU node needs; CDI's default a
 SPEC_MODE = 0o644
 KNOWN_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 
-# The CDI parser's rules (tags.cncf.io/container-device-interface/pkg/parser), as regexes.
-_DEVICE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
-_VENDOR_OR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
 _NVML_GPU_NODE = re.compile(r"/dev/nvidia\d+")
 _TEMP_SUFFIX = ".tmp"  # not .json/.yaml, so a runtime watching the dir never loads a half-written file
 
@@ -102,17 +100,6 @@ def read_csv_files(root: str = "/", warn: Warn | None = None) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- building the spec
-
-
-def split_kind(kind: str) -> tuple[str, str]:
-    """'vendor.tld/class' -> (vendor, class); ValueError naming the rule it breaks."""
-    vendor, sep, klass = kind.partition("/")
-    if not sep or not _VENDOR_OR_CLASS.fullmatch(vendor) or not _VENDOR_OR_CLASS.fullmatch(klass):
-        raise ValueError(
-            f"CDI kind {kind!r} must be vendor/class, each starting with a letter, ending with a letter or "
-            "digit, with only letters, digits, '_', '-' and '.' between (e.g. meta-gpu-k8s.io/gpu)"
-        )
-    return vendor, klass
 
 
 def device_names(gpu: Gpu) -> list[str]:
@@ -276,7 +263,7 @@ def validate_spec(spec: Mapping[str, Any]) -> None:
     for i, device in enumerate(devices):
         name = str(device.get("name", ""))
         where = f"device {name!r}" if name else f"devices[{i}]"
-        if not _DEVICE_NAME.fullmatch(name):
+        if not DEVICE_NAME.fullmatch(name):
             problems.append(f"{where}: invalid CDI device name (letters, digits, '_', '-', '.', ':'; "
                             "must start and end with a letter or digit)")
         if name in seen:

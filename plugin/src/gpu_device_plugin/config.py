@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .cdi_names import split_kind
 from .settings import (
     ALLOCATION_POLICIES,
     DEFAULT_RESOURCE,
@@ -107,8 +108,6 @@ def _address(text: Any) -> str:
 
 
 def _cdi_kind(text: Any) -> str:
-    from .cdi import split_kind  # one rule for the flag and the spec writer (cdi imports this module)
-
     value = str(text).strip()
     split_kind(value)
     return value

@@ -3,7 +3,9 @@
 One thread runs this loop; gRPC has its own threads; health monitors report into
 DeviceState. The loop sleeps in select() on inotify (the socket directory and the config
 file), a wake pipe (signals, stop, health) and the next timer (registration retry,
-watchdog); an idle plugin makes no syscalls between watchdog pings.
+watchdog); an idle plugin makes no syscalls between watchdog pings. The pieces it drives
+live in their own modules: dir_events (what inotify says), backoff, kubelet_identity,
+reload_policy, cdi_lifecycle, watchdog (self-probe), readiness (sd_notify), signals, stats.
 """
 
 from __future__ import annotations
@@ -16,49 +18,28 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
-import grpc
-
-from . import __version__, config, inotify, policy, sdnotify
-from .api import pb, rpc
+from . import __version__, dir_events, inotify, policy, readiness, sdnotify, signals
+from .backoff import Backoff
 from .cdi_lifecycle import CdiSpecKeeper
 from .health.base import HealthMonitor
+from .kubelet_identity import Identity, identity
 from .model import Gpu, Health
 from .observability import Status, StatusServer
+from .readiness import Readiness
+from .reload_policy import plan
 from .server import PluginServer, RegistrationError, register
 from .servicer import DevicePluginServicer
 from .settings import ConfigError, Settings
 from .socket_check import socket_path_problem
 from .state import DeviceState
+from .stats import Stats
+from .watchdog import SelfProbe
 
 log = logging.getLogger(__name__)
 
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 10.0
-DIR_EVENTS = inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO
-# Not IN_CREATE: a file is complete only when its writer closes it or it is renamed into place.
-FILE_EVENTS = inotify.IN_CLOSE_WRITE | inotify.IN_MOVED_TO
-# Changing these needs a restart; a reload keeps the running values and says so.
-RESTART_FIELDS = ("device_discovery_strategy", "simulated_gpus", "host_root", "kubelet_socket",
-                  "simulated_health_dir", "metrics_address", "health_recovery_period")
-
-
-@dataclass
-class Stats:
-    """Counters for /metrics and the tests."""
-
-    registrations: int = 0
-    registration_failures: int = 0
-    kubelet_restarts: int = 0
-    allocations: int = 0
-    health_events: int = 0
-    config_reloads: int = 0
-    config_rejections: int = 0
-    loop_wakeups: int = 0  # main-loop iterations: proves the loop sleeps when nothing happens
-    registered: bool = False
-    started_at: float = field(default_factory=time.monotonic)
-    first_registered_at: float | None = None
 
 
 class Daemon:
@@ -80,20 +61,19 @@ class Daemon:
         self.state.on_health_change(self._health_changed)
         self.resource = policy.resource_name(settings)
         self.server: PluginServer | None = None
+        self.readiness = Readiness(self._environ)
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
+        self._wake_lock = threading.Lock()  # a stop() from another thread never writes to a closed pipe
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._retry_at: float | None = None
-        self._retry_delay = RETRY_FIRST_S
-        self._ready_sent = False
+        self._retry = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
         self._cdi = CdiSpecKeeper(self.gpus)
-        self._watcher: inotify.Inotify
-        self._needs_resync = False
+        self._watcher: inotify.Inotify | None = None
         self._socket_wd: int | None = None
-        self.self_probe_timeout = 5.0  # seconds our own server gets to answer the watchdog's probe
-        self._probe_channel: grpc.Channel | None = None
-        self._probe_for: PluginServer | None = None
-        self._registered_with: tuple[int, int] | None = None  # kubelet.sock we registered through
+        self._config_wd: int | None = None
+        self._needs_resync = False
+        self._probe = SelfProbe()
+        self._registered_with: Identity | None = None  # kubelet.sock we registered through
         self.status_port: int | None = None  # bound port of the /metrics listener (0 in tests picks one)
         self.registered_event = threading.Event()  # set after each successful registration (tests)
 
@@ -108,8 +88,17 @@ class Daemon:
         self._wake()
 
     def _wake(self) -> None:
-        with contextlib.suppress(BlockingIOError):  # a full pipe already holds a wake-up
-            os.write(self._wake_w, b"x")
+        with self._wake_lock, contextlib.suppress(BlockingIOError):  # a full pipe already holds a wake-up
+            if self._wake_w >= 0:
+                os.write(self._wake_w, b"x")
+
+    @property
+    def self_probe_timeout(self) -> float:
+        return self._probe.timeout
+
+    @self_probe_timeout.setter
+    def self_probe_timeout(self, seconds: float) -> None:
+        self._probe.timeout = seconds
 
     # ------------------------------------------------------------ paths
 
@@ -132,11 +121,17 @@ class Daemon:
     # ------------------------------------------------------------ main loop
 
     def run(self) -> int:
-        in_main = threading.current_thread() is threading.main_thread()
-        if in_main:
-            signal.signal(signal.SIGTERM, lambda *_: self.stop())
-            signal.signal(signal.SIGINT, lambda *_: self.stop())
-            signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
+        try:
+            with signals.handled({signal.SIGTERM: self.stop, signal.SIGINT: self.stop,
+                                  signal.SIGHUP: self.request_reload}):
+                return self._session()
+        finally:  # after the handlers are restored: no signal can reach the closed pipe
+            with self._wake_lock:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
+
+    def _session(self) -> int:
         watcher = inotify.Inotify()
         selector = selectors.DefaultSelector()
         status_server = None
@@ -154,7 +149,7 @@ class Daemon:
             self._watcher = watcher
             try:
                 os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
-                self._socket_wd = watcher.add_watch(self.socket_dir, DIR_EVENTS)
+                self._socket_wd = watcher.add_watch(self.socket_dir, dir_events.DIR_EVENTS)
             except OSError as exc:
                 log.error("cannot use the kubelet's socket directory %s (%s): check --kubelet-socket and that "
                           "the plugin runs as root", self.socket_dir, exc.strerror or exc)
@@ -163,7 +158,8 @@ class Daemon:
             if problem:
                 log.error("%s", problem)
                 return 2
-            config_wd = self._watch_config(watcher)
+            if self.settings.config_file and self._reload_settings is not None:
+                self._config_wd = dir_events.watch_config(watcher, self.settings.config_file)
             selector.register(watcher.fileno(), selectors.EVENT_READ, "inotify")
             selector.register(self._wake_r, selectors.EVENT_READ, "wake")
             self.state.set_devices(policy.advertised_devices(self.gpus, self.settings))
@@ -180,42 +176,17 @@ class Daemon:
                     self._try_register()
             else:
                 log.warning("no GPUs to advertise: not registering %s; waiting (stop with SIGTERM)", self.resource)
-                # nothing to register, so nothing to wait for: a GPU-less node must not hold up boot
-                sdnotify.notify("READY=1\nSTATUS=no GPUs on this node; nothing registered", self._environ)
-            watchdog = sdnotify.watchdog_interval(self._environ)
-            next_ping = time.monotonic()
-            while not self._stop.is_set():
-                now = time.monotonic()
-                deadlines = [t for t in (self._retry_at, next_ping if watchdog else None) if t is not None]
-                timeout = max(0.0, min(deadlines) - now) if deadlines else None
-                self.stats.loop_wakeups += 1
-                for key, _ in selector.select(timeout):
-                    if key.data == "wake":
-                        _drain(self._wake_r)
-                    else:
-                        self._on_inotify(watcher.read_events(), config_wd)
-                if self._reload_requested.is_set():
-                    self._reload_requested.clear()
-                    self._reload()
-                if self._retry_at is not None and time.monotonic() >= self._retry_at and not self._stop.is_set():
-                    if self._needs_resync:
-                        self._resync()
-                    else:
-                        self._try_register()
-                if watchdog and time.monotonic() >= next_ping:
-                    if self.alive():
-                        sdnotify.notify("WATCHDOG=1", self._environ)
-                    else:
-                        log.error("self-check failed: not pinging the systemd watchdog so systemd restarts us")
-                    next_ping = time.monotonic() + watchdog
+                self.readiness.update(readiness.NO_GPUS)
+            # up: serving, retrying, or nothing to serve. Registration is not awaited (see readiness)
+            self.readiness.ready()
+            self._loop(selector, watcher)
             log.info("stopping: removing %s", self.socket_path)
-            sdnotify.notify("STOPPING=1", self._environ)
+            self.readiness.stopping()
             return 0
         finally:
             if status_server is not None:
                 status_server.stop()
-            if self._probe_channel is not None:
-                self._probe_channel.close()
+            self._probe.close()
             if self.server is not None:
                 self.server.stop(remove=True)
                 self.server = None
@@ -223,39 +194,53 @@ class Daemon:
                 self.monitor.stop()
             selector.close()
             watcher.close()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            self._watcher = None
 
-    def _watch_config(self, watcher: inotify.Inotify) -> int | None:
-        path = self.settings.config_file
-        if not path or self._reload_settings is None:
-            return None
-        try:
-            # Watch the directory: editors and ConfigMap updates replace the file rather than write it.
-            # IN_MASK_ADD: when the config shares the socket directory, keep that watch's events too
-            return watcher.add_watch(os.path.dirname(os.path.abspath(path)), FILE_EVENTS | inotify.IN_MASK_ADD)
-        except OSError as exc:
-            log.warning("cannot watch %s for changes (%s); reload with SIGHUP", path, exc)
-            return None
+    def _loop(self, selector: selectors.BaseSelector, watcher: inotify.Inotify) -> None:
+        watchdog = sdnotify.watchdog_interval(self._environ)
+        next_ping = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            deadlines = [t for t in (self._retry.due_at, next_ping if watchdog else None) if t is not None]
+            timeout = max(0.0, min(deadlines) - now) if deadlines else None
+            self.stats.add("loop_wakeups")
+            for key, _ in selector.select(timeout):
+                if key.data == "wake":
+                    _drain(self._wake_r)
+                else:
+                    self._on_inotify(watcher.read_events())
+            if self._reload_requested.is_set():
+                self._reload_requested.clear()
+                self._reload()
+            if self._retry.due() and not self._stop.is_set():
+                if self._needs_resync:
+                    self._resync()
+                else:
+                    self._try_register()
+            if watchdog and time.monotonic() >= next_ping:
+                if self.alive():
+                    sdnotify.notify("WATCHDOG=1", self._environ)
+                else:
+                    log.error("self-check failed: not pinging the systemd watchdog so systemd restarts us")
+                next_ping = time.monotonic() + watchdog
 
     # ------------------------------------------------------------ events
 
-    def _on_inotify(self, events: Sequence[inotify.Event], config_wd: int | None) -> None:
-        kubelet_name = os.path.basename(self.kubelet_socket)
-        config_name = os.path.basename(self.settings.config_file) if self.settings.config_file else None
-        for event in events:
-            if event.mask & inotify.IN_Q_OVERFLOW or (event.wd == self._socket_wd and event.mask & inotify.IN_IGNORED):
-                self._resync()  # events were lost, or the directory itself went away
-            elif event.wd == self._socket_wd:
-                if event.name == kubelet_name and event.mask & (inotify.IN_CREATE | inotify.IN_MOVED_TO):
-                    self._on_kubelet_started()
-                elif (event.name == self.endpoint and event.mask & (inotify.IN_DELETE | inotify.IN_MOVED_FROM)
-                      and self.server is not None and not self.server.owns_socket()):
-                    self._on_socket_lost()
-            # ConfigMap volumes swap a `..data` symlink instead of touching the file itself
-            if config_wd is not None and event.wd == config_wd and event.mask & FILE_EVENTS and (
-                    event.name == config_name or event.name.startswith("..")):
-                self._reload_requested.set()
+    def _on_inotify(self, events: Sequence[inotify.Event]) -> None:
+        config_file = self.settings.config_file
+        watches = dir_events.Watches(self._socket_wd, self._config_wd, os.path.basename(self.kubelet_socket),
+                                     self.endpoint, os.path.basename(config_file) if config_file else None)
+        seen = dir_events.classify(events, watches)
+        if seen.reload and self._reload_settings is not None:
+            self._reload_requested.set()
+        if seen.resync:
+            self._resync()
+            return  # the re-check covers the rest
+        # our socket first: the kubelet wipes it before it re-creates kubelet.sock
+        if seen.endpoint_deleted and self.server is not None and not self.server.owns_socket():
+            self._on_socket_lost()
+        if seen.kubelet_started:
+            self._on_kubelet_started()
 
     def _resync(self) -> None:
         """Work out from the files what the lost events would have said."""
@@ -264,7 +249,8 @@ class Daemon:
         self._needs_resync = False
         try:
             os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
-            self._socket_wd = self._watcher.add_watch(self.socket_dir, DIR_EVENTS | inotify.IN_MASK_ADD)
+            assert self._watcher is not None
+            self._socket_wd = self._watcher.add_watch(self.socket_dir, dir_events.DIR_EVENTS | inotify.IN_MASK_ADD)
         except OSError as exc:
             self._needs_resync = True
             self._schedule_retry(f"cannot watch {self.socket_dir} ({exc})")
@@ -273,25 +259,25 @@ class Daemon:
             return
         if self.server is None or not self.server.owns_socket():
             self._on_socket_lost()
-        elif _identity(self.kubelet_socket) != self._registered_with:
+        elif identity(self.kubelet_socket) != self._registered_with:
             self._on_kubelet_started()
 
     def _on_kubelet_started(self) -> None:
         if not self.state.devices():
             return
         if self.stats.registrations:
-            self.stats.kubelet_restarts += 1  # the kubelet's first appearance is not a restart
-        if self.stats.registered and _identity(self.kubelet_socket) == self._registered_with:
+            self.stats.add("kubelet_restarts")  # the kubelet's first appearance is not a restart
+        if self.stats.registered and identity(self.kubelet_socket) == self._registered_with:
             return  # our socket's deletion already led us to register with this very kubelet
         log.info("kubelet socket %s (re)created: registering again", self.kubelet_socket)
-        self._retry_delay = RETRY_FIRST_S
+        self._retry.reset()
         if (self.stats.registered or self.server is None) and not self._serve():
             return  # the old stream belonged to the old kubelet: serve afresh first (retry is scheduled)
         self._try_register()
 
     def _on_socket_lost(self) -> None:
         log.info("our socket %s was removed (kubelet restart?): serving again", self.socket_path)
-        self._retry_delay = RETRY_FIRST_S
+        self._retry.reset()
         if self._serve():
             self._try_register()
 
@@ -313,43 +299,46 @@ class Daemon:
             return False
         self.server = server
         log.info("serving %s on %s (%d devices)", self.resource, self.socket_path, len(self.state.devices()))
+        self.readiness.update(readiness.waiting_for_kubelet(self.kubelet_socket))
         return True
 
     def _schedule_retry(self, why: str) -> None:
-        self._retry_at = time.monotonic() + self._retry_delay
-        log.warning("%s; retrying in %.2fs", why, self._retry_delay)
-        self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
+        delay = self._retry.schedule()
+        log.warning("%s; retrying in %.2fs", why, delay)
+        self.readiness.update(readiness.retrying(why, delay))
 
     def _try_register(self) -> None:
-        self._retry_at = None
-        if self.server is None and not self._serve():
+        self._retry.cancel()
+        # a socket deleted under us cannot be dialled back: serve afresh before registering
+        if (self.server is None or not self.server.owns_socket()) and not self._serve():
             return
+        assert self.server is not None
         if not os.path.exists(self.kubelet_socket):
             log.info("waiting for the kubelet: %s does not exist yet", self.kubelet_socket)
+            self.readiness.update(readiness.waiting_for_kubelet(self.kubelet_socket))
             return  # inotify tells us when it appears
         started = time.monotonic()
-        kubelet_identity = _identity(self.kubelet_socket)
+        kubelet_identity = identity(self.kubelet_socket)
         self.server.servicer.expect_kubelet()
         try:
             register(self.kubelet_socket, self.endpoint, self.resource)
         except RegistrationError as exc:
-            self.stats.registration_failures += 1
+            self.stats.add("registration_failures")
             self._schedule_retry(f"registration with {self.kubelet_socket} failed ({exc})")
             return
-        self._retry_delay = RETRY_FIRST_S
+        self._retry.reset()
         self._registered_with = kubelet_identity
-        self.stats.registrations += 1
+        self.stats.add("registrations")
         self._set_registered(True)
         log.info("registered %s with the kubelet (%s) in %.0f ms", self.resource, self.endpoint,
                  (time.monotonic() - started) * 1000)
-        if not self._ready_sent:
-            sdnotify.notify("READY=1", self._environ)
-            self._ready_sent = True
-            self.stats.first_registered_at = time.monotonic()
+        self.readiness.update(readiness.registered(len(self.state.devices()), self.resource, self.kubelet_socket))
+        if self.stats.first_registered_at is None:
+            self.stats.set(first_registered_at=time.monotonic())
         self.registered_event.set()
 
     def _set_registered(self, value: bool) -> None:
-        self.stats.registered = value
+        self.stats.set(registered=value)
         if not value:
             self.registered_event.clear()
 
@@ -359,55 +348,41 @@ class Daemon:
         self.state.report_health(gpu_id, health)
 
     def _health_changed(self, gpu_id: str, health: Health) -> None:
-        self.stats.health_events += 1
+        self.stats.add("health_events")
         if health.healthy:
             log.info("GPU %s is healthy again", gpu_id)
         else:
             log.warning("GPU %s is unhealthy: %s", gpu_id, health.reason or "no reason given")
 
     def _allocated(self, ids: list[str]) -> None:
-        self.stats.allocations += 1
+        self.stats.add("allocations")
 
     def status(self) -> Status:
         states = self.state.snapshot()[1]
         server = self.server  # _serve may swap it from the main loop while /healthz reads
         healthy = sum(1 for _, ok, _ in states if ok)
-        stats = self.stats
+        counts = self.stats.snapshot()
         return Status(
             version=__version__, backend=self.gpus[0].backend if self.gpus else "none", resource=self.resource,
-            healthy_devices=healthy, unhealthy_devices=len(states) - healthy, registered=stats.registered,
+            healthy_devices=healthy, unhealthy_devices=len(states) - healthy, registered=counts.registered,
             streams=server.servicer.streams if server is not None else 0,
             monitor_alive=self.monitor is None or not self.gpus or self.monitor.alive(),
-            registrations=stats.registrations, registration_failures=stats.registration_failures,
-            kubelet_restarts=stats.kubelet_restarts, allocations=stats.allocations,
-            health_events=stats.health_events, config_reloads=stats.config_reloads,
-            config_rejections=stats.config_rejections,
+            registrations=counts.registrations, registration_failures=counts.registration_failures,
+            kubelet_restarts=counts.kubelet_restarts, allocations=counts.allocations,
+            health_events=counts.health_events, config_reloads=counts.config_reloads,
+            config_rejections=counts.config_rejections, state=self.readiness.status,
         )
 
     def alive(self) -> bool:
         """For the watchdog: the health loop runs and our gRPC server still answers its own socket."""
         if self.monitor is not None and self.gpus and not self.monitor.alive():
             return False
-        if self.server is None or not self.stats.registered:
+        server = self.server
+        if server is None or not self.stats.registered:
             return True  # waiting for the kubelet is a healthy state
-        if not self.server.owns_socket():
+        if not server.owns_socket():
             return False
-        return self._self_probe()
-
-    def _self_probe(self) -> bool:
-        # One channel per server instance: a wedged thread pool shows up as a timeout here.
-        if self._probe_for is not self.server:
-            if self._probe_channel is not None:
-                self._probe_channel.close()
-            self._probe_channel = grpc.insecure_channel(f"unix:{self.socket_path}")
-            self._probe_for = self.server
-        try:
-            stub = rpc.Stub(self._probe_channel, "DevicePlugin")
-            stub.GetDevicePluginOptions(pb.Empty(), timeout=self.self_probe_timeout)
-            return True
-        except grpc.RpcError as exc:
-            log.error("self-check: our gRPC server did not answer (%s)", exc.code() if hasattr(exc, "code") else exc)
-            return False
+        return self._probe.answers(server, self.socket_path)
 
     # ------------------------------------------------------------ configuration reload
 
@@ -417,28 +392,25 @@ class Daemon:
         try:
             new = self._reload_settings()
         except Exception as exc:
-            self.stats.config_rejections += 1
-            reason = exc if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
-            log.error("configuration change rejected, keeping the last good one: %s", reason)
+            self._reject(exc if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}")
             return
-        if new == self.settings:
-            return
-        conflict = config.backend_conflict(new, self.gpus[0].backend) if self.gpus else None
-        if conflict:
-            self.stats.config_rejections += 1
-            log.error("configuration change rejected, keeping the last good one: %s", conflict)
-            return
-        self.apply_settings(new)
+        decided = plan(self.settings, new, self.gpus[0].backend if self.gpus else None)
+        if decided.rejection:
+            self._reject(decided.rejection)
+        elif decided.settings is not None:
+            self.apply_settings(decided.settings, decided.kept)
 
-    def apply_settings(self, new: Settings) -> None:
+    def _reject(self, reason: object) -> None:
+        self.stats.add("config_rejections")
+        log.error("configuration change rejected, keeping the last good one: %s", reason)
+
+    def apply_settings(self, new: Settings, kept: Sequence[str] = ()) -> None:
         """Switch to `new`; keeps the registration when the resource name stays the same."""
         old_resource = self.resource
-        self.stats.config_reloads += 1
-        changed = [f for f in RESTART_FIELDS if getattr(new, f) != getattr(self.settings, f)]
-        if changed:
+        self.stats.add("config_reloads")
+        if kept:
             log.warning("configuration change to %s needs a restart (systemctl restart gpu-device-plugin); "
-                        "keeping their running values and applying the rest", ", ".join(changed))
-            new = _keep_fields(new, self.settings, changed)
+                        "keeping their running values and applying the rest", ", ".join(kept))
         if new.log_level != self.settings.log_level:
             logging.getLogger().setLevel(new.log_level.upper())
         self._cdi.switch(self.settings, new)
@@ -452,21 +424,6 @@ class Daemon:
                 self.server = None
             if self._serve():
                 self._try_register()
-
-
-def _keep_fields(new: Settings, old: Settings, names: Sequence[str]) -> Settings:
-    from dataclasses import replace
-
-    return replace(new, **{n: getattr(old, n) for n in names})
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    """Which socket file this is: a re-created kubelet.sock differs in inode or change time."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_ctime_ns)
 
 
 def _drain(fd: int) -> None:

@@ -33,6 +33,7 @@ class Status:
     health_events: int
     config_reloads: int
     config_rejections: int
+    state: str = ""  # what the session is doing or waiting for (readiness' STATUS= line)
 
 
 def health_status(status: Status) -> tuple[int, str]:
@@ -46,6 +47,8 @@ def health_status(status: Status) -> tuple[int, str]:
         problems.append("registered but the kubelet holds no ListAndWatch stream")
     if not status.monitor_alive:
         problems.append("health monitor stopped")
+    if problems and status.state:
+        problems.append(status.state)
     return (503, "unhealthy: " + "; ".join(problems)) if problems else (200, "ok")
 
 

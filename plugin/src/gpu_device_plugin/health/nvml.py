@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..discovery.base import DiscoveryError
-from ..discovery.nvml import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from ..model import Gpu, Health
+from ..nvml_lib import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from .base import Report, loop_alive
 from .rules import GOOD, HealthRecord, Observation, XidPolicy, bad, next_state, xid_policy_from_env
 
