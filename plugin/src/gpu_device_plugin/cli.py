@@ -83,11 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # still check the node; the config-file check explains the error in context
         settings, warnings = Settings(config_file=args.config_file or os.environ.get("CONFIG_FILE", "")), ()
     if args.command == "check":
-        from . import nodecheck
+        from .doctor.report import exit_code, format_report
+        from .doctor.run import run_checks
 
-        checks = nodecheck.run_checks(settings)
-        print(nodecheck.format_report(checks))
-        return nodecheck.exit_code(checks)
+        checks = run_checks(settings)
+        print(format_report(checks))
+        return exit_code(checks)
     logs.setup(settings.log_level)
     for warning in warnings:
         log.warning("%s", warning)

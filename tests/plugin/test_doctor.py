@@ -13,32 +13,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from gpu_device_plugin import nodecheck
-from gpu_device_plugin.config import Settings, TimeSlicing
+from gpu_device_plugin.doctor import run, runtime
+from gpu_device_plugin.doctor.config_file import evaluate_config_file
+from gpu_device_plugin.doctor.csv_files import evaluate_csv
+from gpu_device_plugin.doctor.gpu import Discovered, evaluate_device_nodes, evaluate_discovery
+from gpu_device_plugin.doctor.k3s import K3sConfig, evaluate_k3s, parse_k3s_config
+from gpu_device_plugin.doctor.kubelet import evaluate_checkpoint, evaluate_kubelet_socket, evaluate_plugin_socket
+from gpu_device_plugin.doctor.report import FAIL, PASS, SKIP, WARN, Check, exit_code, format_report
+from gpu_device_plugin.doctor.run import run_checks
+from gpu_device_plugin.doctor.runtime import evaluate_containerd, evaluate_docker
 from gpu_device_plugin.model import Gpu
-from gpu_device_plugin.nodecheck import (
-    FAIL,
-    PASS,
-    SKIP,
-    WARN,
-    Check,
-    Discovered,
-    K3sConfig,
-    evaluate_checkpoint,
-    evaluate_config_file,
-    evaluate_containerd,
-    evaluate_csv,
-    evaluate_device_nodes,
-    evaluate_discovery,
-    evaluate_docker,
-    evaluate_k3s,
-    evaluate_kubelet_socket,
-    evaluate_plugin_socket,
-    exit_code,
-    format_report,
-    parse_k3s_config,
-    run_checks,
-)
+from gpu_device_plugin.settings import Settings, TimeSlicing
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -380,7 +365,7 @@ def test_a_check_that_crashes_becomes_a_warning_and_the_others_still_run(
     def broken(settings: Settings) -> list[tuple[str, str]]:
         raise PermissionError(13, "Permission denied", "/etc/nvidia-container-runtime")
 
-    monkeypatch.setattr(nodecheck, "read_csv_files", broken)
+    monkeypatch.setattr(run, "read_csv_files", broken)
     got = nano.run()
     assert got["runtime CSV files"].status == WARN
     assert "Permission denied" in got["runtime CSV files"].detail
@@ -480,11 +465,11 @@ def test_docker_runtime_path_is_checked_through_the_callback() -> None:
 
 def test_relative_runtime_path_is_looked_up_in_path(tmp_path: Path) -> None:
     settings = Settings(host_root=str(tmp_path))
-    assert nodecheck.binary_problem(settings, "nvidia-container-runtime") is not None
+    assert runtime.binary_problem(settings, "nvidia-container-runtime") is not None
     write(tmp_path, "/usr/sbin/nvidia-container-runtime", "#!/bin/sh\n", mode=0o755)
-    assert nodecheck.binary_problem(settings, "nvidia-container-runtime") is None
+    assert runtime.binary_problem(settings, "nvidia-container-runtime") is None
     write(tmp_path, "/opt/runtime", "#!/bin/sh\n", mode=0o644)
-    assert nodecheck.binary_problem(settings, "/opt/runtime") == "/opt/runtime is not executable"
+    assert runtime.binary_problem(settings, "/opt/runtime") == "/opt/runtime is not executable"
 
 
 def test_containerd_default_runtime_is_reported() -> None:

@@ -1,0 +1,46 @@
+"""Check 9 (Jetson): the CSV lists that tell the nvidia runtime what to mount into containers."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Sequence
+
+from ..settings import Settings
+from .host import host_path, read_text, short_list
+from .report import FAIL, PASS, SKIP, WARN, Check
+
+CSV_DIR = "/etc/nvidia-container-runtime/host-files-for-container.d"
+_CSV_DEV = re.compile(r"^\s*dev\s*,", re.MULTILINE)
+_CSV_ENTRY = re.compile(r"^\s*(?:lib|sym|dir)\s*,", re.MULTILINE)
+
+
+def evaluate_csv(gpu_kind: str | None, files: Sequence[tuple[str, str]]) -> Check:
+    """`files`: (file name, text) of each *.csv in CSV_DIR."""
+    name = "runtime CSV files"
+    if gpu_kind != "tegra":
+        return Check(name, SKIP, "only Jetson's nvidia runtime mounts files from CSV lists")
+    fix = ("install nvidia-container-runtime (it ships l4t.csv) and the *-container-csv packages of the "
+           f"libraries pods use (CUDA, cuDNN, TensorRT) into {CSV_DIR}")
+    if not files:
+        return Check(name, FAIL, f"no *.csv in {CSV_DIR}: the nvidia runtime on Jetson injects only what these "
+                     "list, so containers would get no GPU device nodes or CUDA libraries", fix)
+    devices = sum(len(_CSV_DEV.findall(text)) for _, text in files)
+    others = sum(len(_CSV_ENTRY.findall(text)) for _, text in files)
+    names = short_list(sorted(n for n, _ in files))
+    if devices == 0:
+        return Check(name, WARN, f"{len(files)} CSV file(s) in {CSV_DIR} ({names}) but none lists a device node "
+                     "(dev, /dev/...): containers would get libraries but not the GPU",
+                     "install nvidia-container-runtime, whose l4t.csv lists the GPU device nodes")
+    return Check(name, PASS, f"{len(files)} CSV file(s) in {CSV_DIR} ({names}): {devices} device node(s), "
+                 f"{others} libraries, links and directories")
+
+
+def read_csv_files(settings: Settings) -> list[tuple[str, str]]:
+    out = []
+    for path in sorted(glob.glob(host_path(settings, CSV_DIR) + "/*.csv")):
+        text = read_text(path)
+        if text is not None:
+            out.append((os.path.basename(path), text))
+    return out
