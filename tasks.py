@@ -294,7 +294,8 @@ def lint(c: Context) -> None:
 @task(
     auto_shortflags=False,
     help={
-        "quick": "skip the Python 3.10 plugin legs (the image's libraries and stock kirkstone's)",
+        "quick": "skip the Python 3.10 plugin legs (the image's libraries and stock kirkstone's); the "
+        "updater tests then run on Python 3.13",
         "no-host-setup": "install nothing with apt-get and download no test kernel (QEMU tests then run "
         "only if their prerequisites are already there; env GPU_K8S_TEST_NO_HOST_SETUP=1)",
     },
@@ -304,8 +305,9 @@ def test(c: Context, quick: bool = False, no_host_setup: bool = False) -> None:
 
     Legs: ruff; tests/tools and tests/layer; tests/plugin on the image's (Python 3.10,
     grpcio 1.66), stock kirkstone's (Python 3.10, grpcio 1.45) and the newest (Python 3.13)
-    library combinations, each in a venv under .venvs/ made when missing or stale. Exit
-    status non-zero if any leg fails.
+    library combinations, each in a venv under .venvs/ made when missing or stale;
+    tests/updater (the node's update agent) on Python 3.10. Exit status non-zero if any
+    leg fails.
 
     For the QEMU tests it installs qemu-system-x86 and busybox-static (apt-get, as root,
     when missing) and keeps a Debian kernel (a few MB) in ~/.cache/meta-gpu-k8s/test-kernel;

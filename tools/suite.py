@@ -117,6 +117,18 @@ def plugin_leg(combination: PluginCombination) -> Callable[[], tuple[str, str]]:
     return body
 
 
+def updater_leg(combination: PluginCombination) -> Callable[[], tuple[str, str]]:
+    """The node's update agent is standard library only; it runs on the board's Python, so
+    it is tested on that interpreter (the plugin's oldest venv already has it and pytest)."""
+
+    def body() -> tuple[str, str]:
+        python = venvs.ensure_venv(combination.venv())
+        status, detail = run_pytest(str(python), ["tests/updater"])
+        return status, f"Python {combination.python_version}{'; ' + detail if detail else ''}"
+
+    return body
+
+
 def run_suite(quick: bool = False, host_setup: bool = True) -> list[LegResult]:
     legs: list[tuple[str, Callable[[], tuple[str, str]]]] = [
         ("ruff", ruff_leg),
@@ -126,6 +138,8 @@ def run_suite(quick: bool = False, host_setup: bool = True) -> list[LegResult]:
         if quick and combination.name in QUICK_SKIPS:
             continue
         legs.append((f"plugin on {combination.name}", plugin_leg(combination)))
+    board_python = PLUGIN_COMBINATIONS[-1] if quick else PLUGIN_COMBINATIONS[0]
+    legs.append((f"updater on Python {board_python.python_version}", updater_leg(board_python)))
     results = [run_leg(name, body) for name, body in legs]
     rows = [[r.name, r.status, f"{r.seconds:.0f}", r.detail] for r in results]
     console.summary("test summary", ["leg", "result", "seconds", "detail"], rows)

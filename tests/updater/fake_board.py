@@ -1,0 +1,348 @@
+"""A simulated A/B board for the agent's tests: stand-ins at the OS boundary only.
+
+`mender-update`, `fw_printenv`, `reboot` and `kubectl` are small executables on PATH that
+act on one JSON state file the way the real ones act on the board: `install` writes the
+other slot and sets upgrade_available=1 (as Mender's rootfs-image module does), `commit`
+clears it, `rollback` switches back while it is set, `reboot` kills its caller (the agent is
+killed by its own reboot), and `Board.power_cycle()` runs the U-Boot boot counter
+(bootlimit=1: a second boot with upgrade_available=1 returns to the other slot)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from socketserver import UnixStreamServer
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+UPDATER_SRC = REPO_ROOT / "updater" / "src"
+SLOT_A, SLOT_B = "2", "3"
+
+# Shared by every fake: load and save the board state under a lock file.
+_PRELUDE = """\
+import fcntl, json, os, signal, sys
+STATE = {state!r}
+def load():
+    with open(STATE) as f:
+        return json.load(f)
+def save(s):
+    tmp = STATE + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(s, f, indent=1)
+    os.replace(tmp, STATE)
+lock = open(STATE + ".lock", "w")
+fcntl.flock(lock, fcntl.LOCK_EX)
+s = load()
+args = sys.argv[1:]
+"""
+
+_MENDER = """\
+s["calls"].append(["mender-update", *args])
+env = s["bootenv"]
+def other(part):
+    return "3" if part == "2" else "2"
+if args[0] == "install":
+    source = args[1]
+    artifact = s["artifacts"].get(source)
+    if s["in_progress"]:
+        save(s); print("Update already in progress. Please commit or roll back first"); sys.exit(1)
+    if artifact is None:
+        save(s); print("Could not fulfill request: 404 Not Found"); sys.exit(1)
+    s["in_progress"] = {"artifact": artifact["name"], "state": "Download"}
+    if artifact.get("kill_caller_during_install"):
+        artifact["kill_caller_during_install"] -= 1
+        save(s); os.kill(os.getppid(), signal.SIGKILL); sys.exit(1)
+    passive = other(env["mender_boot_part"])
+    s["slots"][passive] = artifact["name"]
+    env.update(mender_boot_part=passive, upgrade_available="1", bootcount="0")
+    s["in_progress"]["state"] = "ArtifactInstall"
+    save(s); print("Installed, but not committed."); sys.exit(0)
+if args[0] == "commit":
+    if not s["in_progress"]:
+        save(s); print("No update in progress."); sys.exit(2)
+    if env["upgrade_available"] != "1":
+        save(s); print("Upgrade failed and was reverted: refusing to commit!"); sys.exit(1)
+    env["upgrade_available"] = "0"
+    s["committed"].append(s["in_progress"]["artifact"]); s["in_progress"] = None
+    save(s); print("Committed."); sys.exit(0)
+if args[0] == "rollback":
+    if not s["in_progress"]:
+        save(s); print("No update in progress."); sys.exit(2)
+    if env["upgrade_available"] == "1":
+        env.update(mender_boot_part=other(env["mender_boot_part"]), upgrade_available="0")
+    s["in_progress"] = None
+    save(s); print("Rolled back."); sys.exit(0)
+save(s); print("No such action: " + args[0]); sys.exit(1)
+"""
+
+_PRINTENV = """\
+save(s)
+for key in args:
+    if key not in s["bootenv"]:
+        print("## Error: \\"%s\\" not defined" % key, file=sys.stderr); sys.exit(1)
+    print("%s=%s" % (key, s["bootenv"][key]))
+"""
+
+_REBOOT = """\
+s["reboots"] += 1
+save(s)
+if s.get("reboot_kills_caller", True):
+    os.kill(os.getppid(), signal.SIGKILL)
+"""
+
+_KUBECTL = """\
+s["calls"].append(["kubectl", *args])
+save(s)
+if s["api_down"]:
+    print("The connection to the server 127.0.0.1:6443 was refused - did you specify the right host or port?",
+          file=sys.stderr)
+    sys.exit(1)
+print(json.dumps(s["node"]))
+"""
+
+
+def node_object(ready: bool = True, gpus: int = 1) -> dict[str, Any]:
+    return {
+        "kind": "Node",
+        "metadata": {"name": "nano-1"},
+        "status": {
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "Ready", "status": "True" if ready else "False",
+                 "reason": "KubeletReady" if ready else "KubeletNotReady"},
+            ],
+            "allocatable": {"cpu": "4", "nvidia.com/gpu": str(gpus)},
+        },
+    }
+
+
+class _Health(BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        body = b"ok" if self.server.status == 200 else b"[-]ping failed"  # type: ignore[attr-defined]
+        self.send_response(self.server.status)  # type: ignore[attr-defined]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def address_string(self) -> str:
+        return "local"
+
+
+class HealthServer:
+    """A kubelet-style healthz endpoint on 127.0.0.1 whose answer the test sets."""
+
+    def __init__(self) -> None:
+        self.server = HTTPServer(("127.0.0.1", 0), _Health)
+        self.server.status = 200  # type: ignore[attr-defined]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/healthz"
+
+    def set_status(self, status: int) -> None:
+        self.server.status = status  # type: ignore[attr-defined]
+
+    def start(self) -> HealthServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _UnixHTTPServer(UnixStreamServer):
+    status = 200
+
+
+class _DockerPing(_Health):
+    def do_GET(self) -> None:
+        body = b"OK" if self.path == "/_ping" else b"not found"
+        self.send_response(200 if self.path == "/_ping" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class DockerSocket:
+    """docker's API socket, answering only /_ping."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.server = _UnixHTTPServer(str(path), _DockerPing)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> DockerSocket:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Board:
+    """One simulated node: two slots, a bootloader environment, Mender's state, the API's view."""
+
+    def __init__(self, root: Path, running: str = "gpu-k8s-1.0.0") -> None:
+        self.root = root
+        self.bin = root / "bin"
+        self.bin.mkdir(parents=True)
+        self.state_file = root / "board.json"
+        self.artifact_info = root / "etc-mender-artifact_info"
+        self.boot_id_file = root / "boot_id"
+        self.data = root / "data" / "gpu-k8s-update"
+        self.kubeconfig = root / "kubelet.kubeconfig"
+        self.kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+        self.checkpoint = root / "kubelet_internal_checkpoint"
+        self._save({
+            "bootenv": {"mender_boot_part": SLOT_A, "upgrade_available": "0", "bootcount": "0", "bootlimit": "1"},
+            "slots": {SLOT_A: running, SLOT_B: "gpu-k8s-0.0.0"},
+            "in_progress": None,
+            "committed": [],
+            "artifacts": {},
+            "calls": [],
+            "reboots": 0,
+            "boots": 0,
+            "api_down": False,
+            "node": node_object(),
+        })
+        for name, body in (("mender-update", _MENDER), ("fw_printenv", _PRINTENV), ("reboot", _REBOOT),
+                           ("kubectl", _KUBECTL)):
+            script = self.bin / name
+            script.write_text(f"#!{sys.executable}\n" + _PRELUDE.format(state=str(self.state_file)) + body)
+            script.chmod(0o755)
+        self.boot_id_file.write_text(str(uuid.uuid4()) + "\n")
+        self._write_running()
+        self.register_plugin()
+
+    # --- state -------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return json.loads(self.state_file.read_text())
+
+    def _save(self, state: dict[str, Any]) -> None:
+        self.state_file.write_text(json.dumps(state, indent=1))
+
+    def change(self, **values: Any) -> None:
+        state = self.state()
+        state.update(values)
+        self._save(state)
+
+    def publish(self, url: str, name: str, kill_caller_during_install: int = 0) -> None:
+        """Make an artifact downloadable from `url`."""
+        state = self.state()
+        state["artifacts"][url] = {"name": name, "kill_caller_during_install": kill_caller_during_install}
+        self._save(state)
+
+    def mender_calls(self, action: str) -> int:
+        return sum(1 for call in self.state()["calls"] if call[:2] == ["mender-update", action])
+
+    @property
+    def running(self) -> str:
+        return self.artifact_info.read_text().strip().partition("=")[2]
+
+    @property
+    def pending(self) -> bool:
+        return self.state()["bootenv"]["upgrade_available"] == "1"
+
+    def marker(self) -> dict[str, Any] | None:
+        path = self.data / "marker.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def gate_result(self) -> dict[str, Any] | None:
+        path = self.data / "gate-result.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    # --- what the kubelet and the plugin left behind -------------------------------------
+    def register_plugin(self, gpus: int = 1) -> None:
+        devices = {"nvidia.com/gpu": [f"gpu-{index}" for index in range(gpus)]} if gpus else {}
+        self.checkpoint.write_text(json.dumps({"Data": {"PodDeviceEntries": None, "RegisteredDevices": devices},
+                                               "Checksum": 1}))
+
+    def set_node(self, ready: bool = True, gpus: int = 1) -> None:
+        self.change(node=node_object(ready, gpus))
+
+    # --- the bootloader ----------------------------------------------------------------
+    def power_cycle(self) -> None:
+        """U-Boot with Mender's boot counter: with upgrade_available=1, the first boot tries the
+        new slot; a boot beyond bootlimit runs altbootcmd (other slot, upgrade_available=0)."""
+        state = self.state()
+        env = state["bootenv"]
+        if env["upgrade_available"] == "1":
+            env["bootcount"] = str(int(env["bootcount"]) + 1)
+            if int(env["bootcount"]) > int(env["bootlimit"]):
+                env["mender_boot_part"] = SLOT_B if env["mender_boot_part"] == SLOT_A else SLOT_A
+                env["upgrade_available"] = "0"
+        state["boots"] += 1
+        self._save(state)
+        self.boot_id_file.write_text(str(uuid.uuid4()) + "\n")
+        self._write_running()
+
+    def _write_running(self) -> None:
+        state = self.state()
+        name = state["slots"][state["bootenv"]["mender_boot_part"]]
+        self.artifact_info.write_text(f"artifact_name={name}\n")
+
+    # --- running the agent -------------------------------------------------------------
+    def environment(self, kubelet_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = {
+            "PATH": f"{self.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "PYTHONPATH": str(UPDATER_SRC),
+            "GPU_K8S_UPDATE_STATE_DIR": str(self.data),
+            "GPU_K8S_UPDATE_ARTIFACT_INFO": str(self.artifact_info),
+            "GPU_K8S_UPDATE_BOOT_ID_FILE": str(self.boot_id_file),
+            "GPU_K8S_UPDATE_REBOOT_COMMAND": "reboot",
+            "GPU_K8S_UPDATE_KUBECTL_COMMAND": "kubectl",
+            "GPU_K8S_UPDATE_KUBECONFIGS": str(self.kubeconfig),
+            "GPU_K8S_UPDATE_NODE_NAME": "nano-1",
+            "GPU_K8S_UPDATE_DOCKER_SOCKET": "",
+            "GPU_K8S_UPDATE_KUBELET_HEALTHZ_URL": kubelet_url,
+            "GPU_K8S_UPDATE_PLUGIN_CHECKPOINT": str(self.checkpoint),
+            "GPU_K8S_UPDATE_POLL_INTERVAL_S": "0.05",
+            "GPU_K8S_UPDATE_GATE_TIMEOUT_S": "2",
+            "GPU_K8S_UPDATE_UNREACHABLE_GRACE_S": "0.5",
+            "GPU_K8S_UPDATE_WAIT_FOR_GATE_S": "20",
+            "GPU_K8S_UPDATE_REBOOT_WAIT_S": "10",
+        }
+        env.update(extra or {})
+        return env
+
+
+def agent_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpu_k8s_update", *args]
+
+
+def run_agent(env: Mapping[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(agent_command(*args), env=dict(env), capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+@contextmanager
+def running_agent(env: Mapping[str, str], *args: str) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(agent_command(*args), env=dict(env), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=30)
+
+
+def describe(result: subprocess.CompletedProcess[str]) -> str:
+    return textwrap.indent(f"exit {result.returncode}\n{result.stdout}\n{result.stderr}", "  | ")

@@ -1,0 +1,144 @@
+"""The pure decision functions, state by state, with plain values."""
+
+from __future__ import annotations
+
+import pytest
+from gpu_k8s_update import decide, settings
+from gpu_k8s_update.model import GatePolicy, HealthFacts, Marker, NodeStatus, Outcome, Phase, Step, UpdateFacts
+
+THIS_BOOT, EARLIER_BOOT = "boot-2", "boot-1"
+
+
+def marker(phase: Phase, version: str = "1.1.0", boot_id: str = EARLIER_BOOT, attempts: int = 1) -> Marker:
+    return Marker(version, "https://u/x.mender", phase, boot_id, "gpu-k8s-1.0.0", attempts)
+
+
+def facts(booted: str, pending: bool, mark: Marker | None) -> UpdateFacts:
+    return UpdateFacts("1.1.0", booted, pending, THIS_BOOT, mark)
+
+
+@pytest.mark.parametrize(
+    ("booted", "pending", "mark", "step"),
+    [
+        ("gpu-k8s-1.1.0", False, None, Step.DONE),
+        ("gpu-k8s-1.1.0", False, marker(Phase.INSTALLED), Step.DONE),
+        ("gpu-k8s-1.1.0", True, marker(Phase.INSTALLED), Step.WAIT_FOR_GATE),
+        ("gpu-k8s-1.0.0", False, marker(Phase.INSTALLED), Step.ROLLED_BACK),
+        ("gpu-k8s-1.0.0", True, marker(Phase.INSTALLED), Step.ROLLED_BACK),
+        ("gpu-k8s-1.0.0", True, marker(Phase.INSTALLED, boot_id=THIS_BOOT), Step.REBOOT),
+        ("gpu-k8s-1.0.0", False, marker(Phase.INSTALLED, boot_id=THIS_BOOT), Step.INSTALL),
+        ("gpu-k8s-1.0.0", False, marker(Phase.INSTALLING), Step.INSTALL),
+        ("gpu-k8s-1.0.0", False, marker(Phase.INSTALLING, attempts=3), Step.GIVE_UP),
+        ("gpu-k8s-1.0.0", True, None, Step.BUSY),
+        ("gpu-k8s-1.0.0", True, marker(Phase.INSTALLED, version="1.2.0", boot_id=THIS_BOOT), Step.BUSY),
+        ("gpu-k8s-1.0.0", False, marker(Phase.INSTALLED, version="0.9.0"), Step.INSTALL),
+        ("gpu-k8s-1.0.0", False, None, Step.INSTALL),
+    ],
+)
+def test_every_state_maps_to_one_step(booted: str, pending: bool, mark: Marker | None, step: Step) -> None:
+    decision = decide.plan_upgrade(facts(booted, pending, mark), max_attempts=3)
+    assert decision.step is step, decision.reason
+    assert decision.reason
+
+
+def test_an_interrupted_install_is_cleaned_before_installing_again() -> None:
+    decision = decide.plan_upgrade(facts("gpu-k8s-1.0.0", False, marker(Phase.INSTALLING)), max_attempts=3)
+    assert decision.clean_first
+    fresh = decide.plan_upgrade(facts("gpu-k8s-1.0.0", False, None), max_attempts=3)
+    assert not fresh.clean_first
+
+
+@pytest.mark.parametrize(
+    ("artifact", "version", "matches"),
+    [("1.1.0", "1.1.0", True), ("gpu-k8s-1.1.0", "1.1.0", True), ("gpu-k8s-1.1.0", "1.0", False),
+     ("gpu-k8s-11.1.0", "1.1.0", False), ("gpu-k8s-1.1.0-rc1", "1.1.0", False)],
+)
+def test_version_matching_is_exact_or_a_dash_suffix(artifact: str, version: str, matches: bool) -> None:
+    assert decide.version_matches(artifact, version) is matches
+
+
+def healthy(**changes: object) -> HealthFacts:
+    values: dict[str, object] = dict(
+        docker_ok=True, docker_detail="", kubelet_ok=True, kubelet_detail="",
+        node=NodeStatus(True, "KubeletReady", 1), node_detail="", plugin_registered=True, plugin_detail="",
+    )
+    values.update(changes)
+    return HealthFacts(**values)  # type: ignore[arg-type]
+
+
+POLICY = GatePolicy(timeout_s=900, gpu_expected=True, unreachable_grace_s=300)
+
+
+def test_healthy_gpu_node_passes_at_once() -> None:
+    verdict = decide.judge_health(healthy(), POLICY, elapsed_s=5)
+    assert verdict.outcome is Outcome.PASS
+    assert "1 nvidia.com/gpu allocatable" in verdict.reason
+
+
+def test_problems_wait_until_the_timeout_then_fail_with_every_reason() -> None:
+    sick = healthy(kubelet_ok=False, kubelet_detail="connection refused", node=NodeStatus(False, "NotReady", 0))
+    waiting = decide.judge_health(sick, POLICY, elapsed_s=100)
+    assert waiting.outcome is Outcome.WAIT and len(waiting.problems) == 3
+    failed = decide.judge_health(sick, POLICY, elapsed_s=900)
+    assert failed.outcome is Outcome.FAIL
+    assert "kubelet: connection refused" in failed.reason and "node not Ready" in failed.reason
+
+
+def test_unreachable_api_waits_for_the_grace_then_local_checks_suffice() -> None:
+    offline = healthy(node=None, node_detail="connection refused")
+    assert decide.judge_health(offline, POLICY, elapsed_s=10).outcome is Outcome.WAIT
+    verdict = decide.judge_health(offline, POLICY, elapsed_s=300)
+    assert verdict.outcome is Outcome.PASS and "unreachable" in verdict.reason
+
+
+def test_unreachable_api_never_excuses_a_failed_local_check() -> None:
+    offline = healthy(node=None, node_detail="refused", plugin_registered=False, plugin_detail="not registered")
+    assert decide.judge_health(offline, POLICY, elapsed_s=899).outcome is Outcome.WAIT
+    assert decide.judge_health(offline, POLICY, elapsed_s=900).outcome is Outcome.FAIL
+
+
+def test_plugin_healthz_when_configured_is_authoritative() -> None:
+    down = healthy(plugin_registered=True, plugin_healthz_ok=False, plugin_detail="503")
+    assert decide.judge_health(down, POLICY, elapsed_s=1).outcome is Outcome.WAIT
+    up = healthy(plugin_registered=False, plugin_healthz_ok=True)
+    assert decide.judge_health(up, POLICY, elapsed_s=1).outcome is Outcome.PASS
+
+
+def test_gpu_expectation_follows_what_the_node_had_before() -> None:
+    assert decide.gpu_expected("auto", 2)[0] is True
+    assert decide.gpu_expected("auto", 0)[0] is False
+    assert decide.gpu_expected("auto", None)[0] is False
+    assert decide.gpu_expected("yes", 0)[0] is True
+    assert decide.gpu_expected("no", 4)[0] is False
+
+
+def test_node_object_parsing() -> None:
+    node = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}],
+                       "allocatable": {"nvidia.com/gpu": "2"}}}
+    assert decide.parse_node(node) == NodeStatus(False, "KubeletNotReady", 2)
+    assert decide.parse_node({}) == NodeStatus(False, "no Ready condition", 0)
+
+
+def test_settings_from_environment_and_flags() -> None:
+    loaded = settings.load(
+        {"GPU_K8S_UPDATE_GATE_TIMEOUT_S": "60", "GPU_K8S_UPDATE_REBOOT_COMMAND": "reboot -f",
+         "GPU_K8S_UPDATE_DOCKER_SOCKET": "", "GPU_K8S_UPDATE_KUBECONFIGS": "/a:/b"},
+        {"gate_timeout_s": 30.0, "gpu": None},
+    )
+    assert loaded.gate_timeout_s == 30.0, "flags win over the environment"
+    assert loaded.reboot_command == ("reboot", "-f")
+    assert loaded.docker_socket is None
+    assert [str(p) for p in loaded.kubeconfigs] == ["/a", "/b"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [("GPU_K8S_UPDATE_GATE_TIMEOUT_S", "soon", "must be a number"),
+     ("GPU_K8S_UPDATE_POLL_INTERVAL_S", "0", "greater than 0"),
+     ("GPU_K8S_UPDATE_GPU", "maybe", "yes, no or auto"),
+     ("GPU_K8S_UPDATE_MENDER_COMMAND", " ", "is empty")],
+)
+def test_bad_settings_name_the_variable(variable: str, value: str, message: str) -> None:
+    with pytest.raises(settings.SettingsError, match=message) as raised:
+        settings.load({variable: value})
+    assert variable in str(raised.value)

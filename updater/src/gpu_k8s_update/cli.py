@@ -1,0 +1,109 @@
+"""Command line: gpu-k8s-update gate | upgrade | status | forget."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from gpu_k8s_update import __version__, decide, gate, logs, settings, upgrade
+from gpu_k8s_update.node import Node
+from gpu_k8s_update.system import SystemStateError
+
+log = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-k8s-update",
+        description="Node side of fleet OS updates: install a Mender artifact, gate it on a healthy "
+        "GPU node, commit or roll back. Every setting also reads GPU_K8S_UPDATE_<NAME> from the "
+        "environment (/etc/default/gpu-k8s-update for the gate's unit).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--state-dir", help="where the marker and the gate's verdict live, on the data "
+                        "partition (default /data/gpu-k8s-update)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    gate_parser = commands.add_parser("gate", help="judge a pending update after its first boot: commit or roll back")
+    gate_parser.add_argument("--timeout", type=float, dest="gate_timeout_s",
+                             help="seconds the node has to become healthy (default 900)")
+    gate_parser.add_argument("--poll-interval", type=float, dest="poll_interval_s",
+                             help="seconds between health probes (default 10)")
+    gate_parser.add_argument("--unreachable-grace", type=float, dest="unreachable_grace_s",
+                             help="seconds the API server may be unreachable before local checks alone pass "
+                             "(default 300)")
+    gate_parser.add_argument("--gpu", choices=["yes", "no", "auto"],
+                             help="require the device plugin and an allocatable nvidia.com/gpu (default auto: "
+                             "if the node had one before the update)")
+
+    upgrade_parser = commands.add_parser("upgrade", help="bring this node to a release (idempotent; the rollout "
+                                         "job runs it)")
+    upgrade_parser.add_argument("--version", required=True, dest="target_version",
+                                help="release version; the image's artifact_name is it or ends with -VERSION")
+    upgrade_parser.add_argument("--artifact-url", required=True,
+                                help="http(s) URL of the .mender artifact, or an absolute path (USB stick)")
+    upgrade_parser.add_argument("--wait-for-gate", type=float, dest="wait_for_gate_s",
+                                help="seconds to wait for the health gate on the new slot (default 1200)")
+
+    status_parser = commands.add_parser("status", help="print what the agent sees and would do, as JSON")
+    status_parser.add_argument("--version", dest="target_version", help="also show the step toward this version")
+
+    commands.add_parser("forget", help="drop the marker, so a version that rolled back here may be tried again")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = build_parser().parse_args(argv)
+    logs.setup(arguments.log_level)
+    flags = {name: getattr(arguments, name, None) for name in (
+        "state_dir", "gate_timeout_s", "poll_interval_s", "unreachable_grace_s", "gpu", "wait_for_gate_s")}
+    try:
+        config = settings.load(os.environ, flags)
+    except settings.SettingsError as error:
+        log.error("%s", error)
+        return upgrade.EXIT_USAGE
+    node = Node.from_settings(config)
+    if arguments.command == "gate":
+        return gate.run_gate(node)
+    if arguments.command == "upgrade":
+        return upgrade.run_upgrade(node, arguments.target_version, arguments.artifact_url)
+    if arguments.command == "status":
+        return _status(node, arguments.target_version)
+    return _forget(node)
+
+
+def _status(node: Node, version: str | None) -> int:
+    report: dict[str, object] = {}
+    try:
+        report["booted_version"] = node.host.booted_version()
+        report["pending"] = node.bootenv.upgrade_pending()
+        report["boot_id"] = node.host.boot_id()
+    except SystemStateError as error:
+        report["error"] = str(error)
+    marker = node.store.load_marker()
+    report["marker"] = marker.to_json() if marker else None
+    report["last_gate"] = node.store.load_gate_result()
+    if version and "error" not in report:
+        facts = upgrade.observe(node, version)
+        decision = decide.plan_upgrade(facts, node.settings.max_install_attempts)
+        report["next_step"] = {"step": decision.step.value, "reason": decision.reason}
+    report["recent_events"] = node.store.recent_events()
+    json.dump(report, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0 if "error" not in report else 1
+
+
+def _forget(node: Node) -> int:
+    marker = node.store.load_marker()
+    if marker is None:
+        log.info("no marker in %s: nothing to forget", node.settings.state_dir)
+        return 0
+    node.store.clear_marker()
+    node.store.record("forget", version=marker.version, phase=marker.phase.value)
+    log.info("forgot the %s marker for %s: the next rollout may try it again", marker.phase.value, marker.version)
+    return 0

@@ -1,0 +1,102 @@
+"""`gpu-k8s-update gate`: after an update boots, commit it once the node is healthy, or reboot
+into the old slot. Runs from gpu-k8s-update-gate.service only while our marker exists."""
+
+from __future__ import annotations
+
+import logging
+
+from gpu_k8s_update import decide
+from gpu_k8s_update.model import GatePolicy, Outcome, Phase
+from gpu_k8s_update.node import Node
+from gpu_k8s_update.system import MENDER_NO_UPDATE_IN_PROGRESS, SystemStateError
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+
+
+def run_gate(node: Node) -> int:
+    settings, store = node.settings, node.store
+    try:
+        pending = node.bootenv.upgrade_pending()
+        booted = node.host.booted_version()
+        boot_id = node.host.boot_id()
+    except SystemStateError as error:
+        log.error("gate: %s", error)
+        return EXIT_ERROR
+    if not pending:
+        log.info("gate: no update pending (upgrade_available=0) on %s: nothing to decide", booted)
+        return EXIT_OK
+    marker = store.load_marker()
+    if marker is not None and marker.phase is Phase.INSTALLED and marker.boot_id == boot_id:
+        log.info("gate: %s was installed in this boot; the gate decides after the reboot into it", marker.version)
+        return EXIT_OK
+    if marker is not None and not decide.version_matches(booted, marker.version):
+        log.warning(
+            "gate: update pending but this slot runs %s, not %s: not committing; the upgrade command reports it",
+            booted, marker.version,
+        )
+        return EXIT_OK
+    expected, why = decide.gpu_expected(settings.gpu, marker.gpus_before if marker else None)
+    policy = GatePolicy(settings.gate_timeout_s, expected, settings.unreachable_grace_s)
+    log.info("gate: judging %s within %.0fs; %s", booted, policy.timeout_s, why)
+    store.record("gate-start", version=booted, gpu_expected=expected, why=why)
+    boot_time = node.host.boot_time()
+    started = node.host.monotonic()
+    last_reason = ""
+    while True:
+        elapsed = node.host.monotonic() - started
+        verdict = decide.judge_health(node.probe_health(boot_time), policy, elapsed)
+        if verdict.outcome is Outcome.PASS:
+            return _commit(node, booted, verdict.reason)
+        if verdict.outcome is Outcome.FAIL:
+            return roll_back(node, booted, verdict.reason)
+        if verdict.reason != last_reason:
+            log.info("gate: waiting (%.0fs): %s", elapsed, verdict.reason)
+            last_reason = verdict.reason
+        node.host.sleep(settings.poll_interval_s)
+
+
+def _commit(node: Node, version: str, reason: str) -> int:
+    log.info("gate: committing %s: %s", version, reason)
+    result = node.mender.commit()
+    if result.returncode == MENDER_NO_UPDATE_IN_PROGRESS:
+        log.warning("gate: mender-update commit found no update in progress; leaving things as they are")
+        node.store.record("gate-nothing-to-commit", version=version)
+        return EXIT_OK
+    if result.returncode != 0:
+        return roll_back(node, version, f"healthy, but mender-update commit failed: {result.last_line}")
+    node.store.save_gate_result({"version": version, "outcome": "committed", "reason": reason})
+    node.store.record("gate-committed", version=version, reason=reason)
+    node.store.clear_marker()
+    log.info("gate: %s committed", version)
+    return EXIT_OK
+
+
+def roll_back(node: Node, version: str, reason: str) -> int:
+    """Record why, point the bootloader back at the old slot and reboot. The boot counter
+    (bootlimit=1) and the watchdog do the same if anything here fails or hangs."""
+    log.error("gate: rolling back %s: %s", version, reason)
+    node.store.save_gate_result({"version": version, "outcome": "rolled-back", "reason": reason})
+    node.store.record("gate-rollback", version=version, reason=reason)
+    result = node.mender.rollback()
+    if result.returncode != 0:
+        log.warning(
+            "gate: mender-update rollback exit %d (%s); rebooting anyway, the boot counter returns to the old slot",
+            result.returncode, result.last_line,
+        )
+    return reboot_and_wait(node, f"roll back {version}")
+
+
+def reboot_and_wait(node: Node, why: str) -> int:
+    log.warning("rebooting to %s", why)
+    result = node.host.reboot()
+    if result.returncode != 0:
+        log.error("reboot command %s failed (exit %d): %s",
+                  " ".join(node.settings.reboot_command), result.returncode, result.last_line)
+        return EXIT_ERROR
+    # The reboot kills us; still being here after reboot_wait_s is an error worth reporting.
+    node.host.sleep(node.settings.reboot_wait_s)
+    log.error("asked for a reboot %.0fs ago and still running", node.settings.reboot_wait_s)
+    return EXIT_ERROR

@@ -1,0 +1,102 @@
+"""Where things are on the node and how long to wait: defaults, overridable by environment
+(GPU_K8S_UPDATE_<NAME>, e.g. from /etc/default/gpu-k8s-update) and then by flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV_PREFIX = "GPU_K8S_UPDATE_"
+
+
+class SettingsError(ValueError):
+    """A setting has a value we cannot use; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    # On the data partition so the marker outlives the slot switch and a rollback.
+    state_dir: Path = Path("/data/gpu-k8s-update")
+    artifact_info: Path = Path("/etc/mender/artifact_info")
+    mender_command: tuple[str, ...] = ("mender-update",)
+    reboot_command: tuple[str, ...] = ("systemctl", "reboot")
+    boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
+    # A Nano brings docker, k3s and the plugin up in 3-5 minutes; leave room for a slow SD card.
+    gate_timeout_s: float = 900.0
+    poll_interval_s: float = 10.0
+    unreachable_grace_s: float = 300.0
+    # The upgrade command waits this long for the gate on the new slot, then fails the job.
+    wait_for_gate_s: float = 1200.0
+    max_install_attempts: int = 3
+    reboot_wait_s: float = 300.0  # after asking for a reboot; if we are still alive, that is an error
+    docker_socket: Path | None = Path("/var/run/docker.sock")  # None: not a docker node
+    kubelet_healthz_url: str = "http://127.0.0.1:10248/healthz"
+    kubectl_command: tuple[str, ...] = ("k3s", "kubectl")
+    kubeconfigs: tuple[Path, ...] = (
+        Path("/etc/rancher/k3s/k3s.yaml"),  # servers
+        Path("/var/lib/rancher/k3s/agent/kubelet.kubeconfig"),  # agents: may read their own Node
+    )
+    node_name: str = field(default_factory=socket.gethostname)
+    plugin_checkpoint: Path = Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
+    plugin_healthz_url: str = ""  # e.g. http://127.0.0.1:9402/healthz when --metrics-address is set
+    gpu: str = "auto"  # yes | no | auto (a GPU node before the update must stay one)
+
+    @property
+    def marker_file(self) -> Path:
+        return self.state_dir / "marker.json"
+
+    @property
+    def gate_result_file(self) -> Path:
+        return self.state_dir / "gate-result.json"
+
+    @property
+    def events_file(self) -> Path:
+        return self.state_dir / "events.log"
+
+
+_COMMANDS = {"mender_command", "reboot_command", "kubectl_command"}
+_FLOATS = {"gate_timeout_s", "poll_interval_s", "unreachable_grace_s", "wait_for_gate_s", "reboot_wait_s"}
+
+
+def load(environ: Mapping[str, str], overrides: Mapping[str, object | None] | None = None) -> Settings:
+    """Defaults, then GPU_K8S_UPDATE_* variables, then the non-None `overrides` (flags)."""
+    values: dict[str, object] = {}
+    for item in dataclasses.fields(Settings):
+        raw = environ.get(ENV_PREFIX + item.name.upper())
+        if raw is not None:
+            values[item.name] = _parse(item.name, raw, f"{ENV_PREFIX}{item.name.upper()}")
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            values[name] = _parse(name, value, "--" + name.replace("_", "-")) if isinstance(value, str) else value
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def _parse(name: str, raw: str, source: str) -> object:
+    if name in _COMMANDS:
+        words = tuple(shlex.split(raw))
+        if not words:
+            raise SettingsError(f"{source} is empty; give a command, e.g. '{name.split('_')[0]}'")
+        return words
+    if name in _FLOATS or name == "max_install_attempts":
+        try:
+            number = float(raw) if name in _FLOATS else int(raw)
+        except ValueError:
+            raise SettingsError(f"{source} must be a number, got {raw!r}") from None
+        if number <= 0:
+            raise SettingsError(f"{source} must be greater than 0, got {raw!r}")
+        return number
+    if name == "gpu":
+        if raw not in ("yes", "no", "auto"):
+            raise SettingsError(f"{source} must be yes, no or auto, got {raw!r}")
+        return raw
+    if name == "docker_socket":
+        return Path(raw) if raw else None
+    if name == "kubeconfigs":
+        return tuple(Path(part) for part in raw.split(":") if part)
+    if name in ("state_dir", "artifact_info", "boot_id_file", "plugin_checkpoint"):
+        return Path(raw)
+    return raw

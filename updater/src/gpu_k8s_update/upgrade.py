@@ -1,0 +1,156 @@
+"""`gpu-k8s-update upgrade`: what the rollout job runs on each node. Idempotent: every run
+looks at the node, takes one step (see decide.plan_upgrade) and may be killed at any point,
+its own reboot included; the next run carries on from the marker."""
+
+from __future__ import annotations
+
+import logging
+import re
+import urllib.parse
+from dataclasses import replace
+from pathlib import Path
+
+from gpu_k8s_update import decide
+from gpu_k8s_update.gate import reboot_and_wait
+from gpu_k8s_update.model import Marker, Phase, Step, UpdateFacts
+from gpu_k8s_update.node import Node
+from gpu_k8s_update.system import MENDER_NO_UPDATE_IN_PROGRESS, SystemStateError
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_ROLLED_BACK = 3  # the rollout must stop at this node
+EXIT_GATE_TIMEOUT = 4
+EXIT_GAVE_UP = 5
+EXIT_BUSY = 75  # EX_TEMPFAIL: someone else's update is pending
+
+VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+
+
+class UsageError(ValueError):
+    pass
+
+
+def check_arguments(version: str, source: str) -> None:
+    if not VERSION_PATTERN.match(version):
+        raise UsageError(
+            f"--version {version!r} is not a release version: use letters, digits, '.', '_', '+', '-' (e.g. 1.4.0)"
+        )
+    parsed = urllib.parse.urlparse(source)
+    if parsed.scheme in ("http", "https"):
+        if not parsed.netloc:
+            raise UsageError(f"--artifact-url {source!r} has no host: e.g. https://updates.example/1.4.0/x.mender")
+        return
+    if parsed.scheme == "" and source.startswith("/"):
+        if not Path(source).is_file():
+            raise UsageError(f"--artifact-url {source}: no such file (mount the USB stick first?)")
+        return
+    raise UsageError(
+        f"--artifact-url {source!r} must be an http(s) URL or an absolute path to a .mender file"
+    )
+
+
+def observe(node: Node, version: str) -> UpdateFacts:
+    return UpdateFacts(
+        target=version,
+        booted_version=node.host.booted_version(),
+        pending=node.bootenv.upgrade_pending(),
+        boot_id=node.host.boot_id(),
+        marker=node.store.load_marker(),
+    )
+
+
+def run_upgrade(node: Node, version: str, source: str) -> int:
+    settings = node.settings
+    try:
+        check_arguments(version, source)
+    except UsageError as error:
+        log.error("%s", error)
+        return EXIT_USAGE
+    started = node.host.monotonic()
+    announced = None
+    while True:
+        try:
+            facts = observe(node, version)
+        except SystemStateError as error:
+            log.error("upgrade: %s", error)
+            return EXIT_ERROR
+        decision = decide.plan_upgrade(facts, settings.max_install_attempts)
+        if decision.step is not announced:
+            log.info("upgrade to %s: %s: %s", version, decision.step.value, decision.reason)
+            node.store.record("upgrade-" + decision.step.value, version=version, reason=decision.reason)
+            announced = decision.step
+        if decision.step is Step.DONE:
+            if facts.marker is not None and facts.marker.version == version:
+                node.store.clear_marker()
+            return EXIT_OK
+        if decision.step is Step.WAIT_FOR_GATE:
+            if node.host.monotonic() - started >= settings.wait_for_gate_s:
+                log.error("upgrade: the health gate has not decided within %.0fs; see "
+                          "'journalctl -u gpu-k8s-update-gate' on the node", settings.wait_for_gate_s)
+                return EXIT_GATE_TIMEOUT
+            node.host.sleep(settings.poll_interval_s)
+            continue
+        if decision.step is Step.ROLLED_BACK:
+            return _report_rollback(node, version, decision.reason)
+        if decision.step is Step.REBOOT:
+            return reboot_and_wait(node, f"boot {version}")
+        if decision.step is Step.BUSY:
+            return EXIT_BUSY
+        if decision.step is Step.GIVE_UP:
+            return EXIT_GAVE_UP
+        return _install(node, facts, source, clean_first=decision.clean_first)
+
+
+def _report_rollback(node: Node, version: str, reason: str) -> int:
+    gate = node.store.load_gate_result() or {}
+    if gate.get("version") and decide.version_matches(str(gate["version"]), version):
+        reason += f"; the gate said: {gate.get('reason', '?')} ({gate.get('time', '?')})"
+    else:
+        reason += "; no gate verdict was recorded: the new slot most likely did not boot (watchdog/boot counter)"
+    # Mender still holds the half-finished standalone update; clear it so a later install can
+    # start. The rootfs-image module only switches slots when upgrade_available=1, so on the
+    # old slot this changes nothing else.
+    cleanup = node.mender.rollback()
+    if cleanup.returncode not in (0, MENDER_NO_UPDATE_IN_PROGRESS):
+        log.warning("upgrade: mender-update rollback (cleanup) exit %d: %s", cleanup.returncode, cleanup.last_line)
+    log.error("upgrade: %s. The rollout stops here; to try this version again on this node run "
+              "'gpu-k8s-update forget' on it", reason)
+    return EXIT_ROLLED_BACK
+
+
+def _install(node: Node, facts: UpdateFacts, source: str, clean_first: bool) -> int:
+    if clean_first:
+        cleanup = node.mender.rollback()
+        log.info("upgrade: cleared Mender's unfinished update first (mender-update rollback exit %d)",
+                 cleanup.returncode)
+    previous = facts.marker
+    attempts = 1
+    if previous is not None and previous.version == facts.target and previous.phase is Phase.INSTALLING:
+        attempts = previous.attempts + 1
+    status, detail = node.node_status()
+    gpus_before = status.gpus_allocatable if status is not None else None
+    if status is None:
+        log.info("upgrade: node status unknown (%s); the gate will not know whether to require a GPU", detail)
+    marker = Marker(
+        version=facts.target,
+        artifact_url=source,
+        phase=Phase.INSTALLING,
+        boot_id=facts.boot_id,
+        from_version=facts.booted_version,
+        attempts=attempts,
+        gpus_before=gpus_before,
+    )
+    node.store.save_marker(marker)
+    log.info("upgrade: installing %s from %s (attempt %d)", facts.target, source, attempts)
+    result = node.mender.install(source)
+    if result.returncode not in (0, 4):  # 4: installed, reboot required (--reboot-exit-code)
+        log.error("upgrade: mender-update install failed (exit %d): %s", result.returncode, result.last_line)
+        node.store.record("upgrade-install-failed", version=facts.target, returncode=result.returncode,
+                          output=result.last_line)
+        return EXIT_ERROR
+    node.store.save_marker(replace(marker, phase=Phase.INSTALLED))
+    node.store.record("upgrade-installed", version=facts.target)
+    return reboot_and_wait(node, f"boot {facts.target}")
