@@ -1,4 +1,4 @@
-"""Command line: gpu-k8s-update gate | upgrade | status | forget."""
+"""Command line: gpu-k8s-update gate | upgrade | status | forget | wait-plan."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 
-from gpu_k8s_update import __version__, decide, gate, logs, settings, upgrade
+from gpu_k8s_update import __version__, decide, gate, logs, plans, settings, upgrade
 from gpu_k8s_update.node import Node
 from gpu_k8s_update.system import SystemStateError
 
@@ -54,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     status_parser.add_argument("--version", dest="target_version", help="also show the step toward this version")
 
     commands.add_parser("forget", help="drop the marker, so a version that rolled back here may be tried again")
+
+    wait_parser = commands.add_parser("wait-plan", help="block until a system-upgrade-controller Plan completed a "
+                                      "version (the fleet ring's prepare step)")
+    wait_parser.add_argument("--plan", required=True, help="name of the Plan to wait for (the canary ring's)")
+    wait_parser.add_argument("--namespace", default="system-upgrade", help="its namespace (default system-upgrade)")
+    wait_parser.add_argument("--version", required=True, dest="target_version", help="the version it must complete")
+    wait_parser.add_argument("--poll-interval", type=float, default=15.0, dest="plan_poll_s",
+                             help="seconds between looks at the Plan (default 15)")
     return parser
 
 
@@ -74,7 +83,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return upgrade.run_upgrade(node, arguments.target_version, arguments.artifact_url)
     if arguments.command == "status":
         return _status(node, arguments.target_version)
+    if arguments.command == "wait-plan":
+        return _wait_plan(arguments)
     return _forget(node)
+
+
+def _wait_plan(arguments: argparse.Namespace) -> int:
+    try:
+        fetch = plans.fetch_plan_from_api(os.environ, arguments.namespace, arguments.plan)
+    except ValueError as error:
+        log.error("%s", error)
+        return plans.EXIT_USAGE
+    return plans.wait_for_plan(fetch, arguments.target_version, arguments.plan, time.sleep, arguments.plan_poll_s)
 
 
 def _status(node: Node, version: str | None) -> int:
