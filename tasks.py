@@ -14,6 +14,7 @@ from tools import check_image as check_image_module
 from tools import console
 from tools import flash as flash_module
 from tools import lint as lint_module
+from tools import rollout as rollout_module
 from tools import smoke_test as smoke_module
 from tools import suite as suite_module
 
@@ -276,6 +277,52 @@ def smoke_test(
         raise Exit(code=1) from None
     except KeyboardInterrupt:
         console.error("interrupted; QEMU was stopped")
+        raise Exit(code=130) from None
+
+
+@task(
+    auto_shortflags=False,
+    help={
+        "version": "release version to roll out (the images' MENDER_ARTIFACT_NAME), e.g. 1.4.0",
+        "artifact-url": "http(s) URL of the release's .mender artifact that every node can reach "
+        "(see ./task release)",
+        "ring": "canary: nodes labelled update.gpu-k8s.io/ring=canary, one at a time; fleet: every other "
+        "node, after the canary Plan completed; all: both (default)",
+        "concurrency": "fleet nodes updated at once (default 1; the canary ring always goes one by one)",
+        "selector": "only nodes with this label, KEY=VALUE (e.g. site=lab-2)",
+        "dry-run": "print the Plans' YAML; apply nothing",
+    },
+)
+def rollout(
+    c: Context,
+    version: str,
+    artifact_url: str,
+    ring: str = "all",
+    concurrency: int = 1,
+    selector: str | None = None,
+    dry_run: bool = False,
+) -> None:
+    """Roll an OS release over the fleet with system-upgrade-controller Plans: canary ring first.
+
+    Renders the Plans (--dry-run prints them), checks the cluster (controller installed,
+    canary nodes labelled), applies them with kubectl (GPU_K8S_KUBECTL overrides the
+    command, KUBECONFIG picks the cluster) and follows each node until every ring completed
+    or a node failed its health gate and rolled back, which stops the rollout there."""
+    options = rollout_module.RolloutOptions(
+        version=version,
+        artifact_url=artifact_url,
+        ring=ring,
+        concurrency=concurrency,
+        selector=selector,
+        dry_run=dry_run,
+    )
+    try:
+        rollout_module.run_rollout(options)
+    except rollout_module.RolloutError as failure:
+        console.error(str(failure))
+        raise Exit(code=1) from None
+    except KeyboardInterrupt:
+        console.error("stopped following; the Plans stay applied and the rollout goes on in the cluster")
         raise Exit(code=130) from None
 
 

@@ -1,0 +1,289 @@
+"""`./task rollout`: the Plans it renders, the input it refuses, and how it follows a rollout
+through a stand-in kubectl on PATH that plays back a cluster step by step."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO_ROOT, StandIns
+
+from tools import rollout
+
+URL = "http://updates.lan/1.4.0/gpu-k8s-image-jetson-nano-devkit.mender"
+# Every PlanSpec / ContainerSpec / DrainSpec JSON field of system-upgrade-controller v0.20.1
+# (pkg/apis/upgrade.cattle.io/v1/types.go): a key outside these is silently dropped by it.
+PLAN_SPEC_FIELDS = {
+    "concurrency", "jobActiveDeadlineSecs", "nodeSelector", "serviceAccountName", "channel", "version",
+    "secrets", "tolerations", "exclusive", "window", "prepare", "upgrade", "cordon", "drain",
+    "imagePullSecrets", "postCompleteDelay", "priorityClassName", "postCompleteLabels",
+}
+CONTAINER_FIELDS = {"image", "command", "args", "envs", "envFrom", "volumes", "securityContext"}
+DRAIN_FIELDS = {"timeout", "gracePeriod", "deleteLocalData", "deleteEmptydirData", "ignoreDaemonSets", "force",
+                "disableEviction", "skipWaitForDeleteTimeout", "podSelector"}
+
+
+def options(**changes: object) -> rollout.RolloutOptions:
+    values: dict[str, object] = {"version": "1.4.0", "artifact_url": URL}
+    values.update(changes)
+    return rollout.RolloutOptions(**values)  # type: ignore[arg-type]
+
+
+def plans(**changes: object) -> dict[str, dict]:
+    documents = list(yaml.safe_load_all(rollout.render_plans(options(**changes))))
+    return {doc["metadata"]["name"]: doc for doc in documents if doc}
+
+
+def test_dry_run_yaml_is_a_canary_plan_and_a_fleet_plan_gated_on_it() -> None:
+    found = plans(concurrency=3)
+    assert set(found) == {"gpu-k8s-os-canary", "gpu-k8s-os-fleet"}
+    for plan in found.values():
+        assert plan["apiVersion"] == "upgrade.cattle.io/v1" and plan["kind"] == "Plan"
+        assert plan["metadata"]["namespace"] == "system-upgrade"
+        spec = plan["spec"]
+        assert set(spec) <= PLAN_SPEC_FIELDS, f"unknown Plan fields {set(spec) - PLAN_SPEC_FIELDS}"
+        assert set(spec["upgrade"]) <= CONTAINER_FIELDS and set(spec["drain"]) <= DRAIN_FIELDS
+        assert spec["version"] == "1.4.0" and spec["serviceAccountName"] == "system-upgrade"
+        assert spec["upgrade"]["image"] == "localhost/gpu-k8s-upgrade:latest"
+        command = spec["upgrade"]["command"] + spec["upgrade"]["args"]
+        assert command == ["chroot", "/host", "gpu-k8s-update", "upgrade", "--version", "1.4.0",
+                           "--artifact-url", URL]
+        assert spec["cordon"] is True and spec["drain"]["ignoreDaemonSets"] is True
+        assert spec["drain"]["timeout"] == "10m", "a string: SUC reads an integer drain timeout as nanoseconds"
+        assert spec["tolerations"] == [{"operator": "Exists"}], "tainted GPU nodes must be updated too"
+    canary, fleet = found["gpu-k8s-os-canary"]["spec"], found["gpu-k8s-os-fleet"]["spec"]
+    assert canary["concurrency"] == 1, "canaries go one by one whatever --concurrency says"
+    assert fleet["concurrency"] == 3
+    assert canary["nodeSelector"]["matchExpressions"] == [
+        {"key": "update.gpu-k8s.io/ring", "operator": "In", "values": ["canary"]}]
+    assert fleet["nodeSelector"]["matchExpressions"] == [
+        {"key": "update.gpu-k8s.io/ring", "operator": "NotIn", "values": ["canary"]}]
+    assert "prepare" not in canary
+    prepare = fleet["prepare"]
+    assert prepare["image"] == "localhost/gpu-k8s-upgrade:latest"
+    assert prepare["command"][:2] == ["sh", "-c"] and "chroot /host gpu-k8s-update wait-plan" in prepare["command"][2]
+    assert prepare["args"] == ["--plan", "gpu-k8s-os-canary", "--namespace", "system-upgrade", "--version", "1.4.0"]
+    # A Nano writes a GB rootfs to SD, reboots and runs a 15-minute gate inside one job.
+    assert canary["jobActiveDeadlineSecs"] >= 1800
+    assert fleet["jobActiveDeadlineSecs"] > canary["jobActiveDeadlineSecs"], "fleet jobs also wait for canaries"
+
+
+def test_prepare_script_hands_the_service_account_through_chroot() -> None:
+    script = plans()["gpu-k8s-os-fleet"]["spec"]["prepare"]["command"]
+    completed = subprocess.run(
+        ["sh", "-n", "-c", script[2]], capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 0, f"prepare script is not valid sh: {completed.stderr}"
+    assert "GPU_K8S_UPDATE_API_TOKEN" in script[2] and "GPU_K8S_UPDATE_API_CA" in script[2]
+
+
+def test_ring_and_selector_choose_the_plans_and_nodes() -> None:
+    assert set(plans(ring="canary")) == {"gpu-k8s-os-canary"}
+    assert set(plans(ring="fleet")) == {"gpu-k8s-os-fleet"}
+    for plan in plans(selector="example.com/site=lab-2").values():
+        assert plan["spec"]["nodeSelector"]["matchExpressions"][-1] == {
+            "key": "example.com/site", "operator": "In", "values": ["lab-2"]}
+
+
+def test_values_that_look_like_yaml_stay_strings() -> None:
+    url = "https://u.lan/a.mender?x=1&y=#frag: [1]"
+    spec = plans(artifact_url=url, version="1.4.0+build.7")["gpu-k8s-os-canary"]["spec"]
+    assert spec["upgrade"]["args"] == ["--version", "1.4.0+build.7", "--artifact-url", url]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"version": "1.4 beta"}, "--version '1.4 beta' must be"),
+        ({"version": "x" * 64}, "--version"),
+        ({"artifact_url": "ftp://updates.lan/a.mender"}, "must be an http(s) URL"),
+        ({"artifact_url": "/mnt/usb/a.mender"}, "must be an http(s) URL"),
+        ({"concurrency": 0}, "--concurrency must be 1 or more"),
+        ({"selector": "site"}, "is not KEY=VALUE"),
+        ({"selector": "bad key=x"}, "is not KEY=VALUE"),
+        ({"selector": "update.gpu-k8s.io/ring=canary"}, "use --ring"),
+        ({"ring": "everything"}, "--ring must be one of"),
+    ],
+)
+def test_bad_input_is_refused_with_one_line(changes: dict, message: str) -> None:
+    with pytest.raises(rollout.RolloutError) as refused:
+        rollout.render_plans(options(**changes))
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+# ---------------------------------------------------------------- a cluster played back
+
+FAKE_KUBECTL = """
+import json, sys
+scenario_file = env["ROLLOUT_SCENARIO"]
+with open(scenario_file) as f:
+    scenario = json.load(f)
+args = list(argv)
+if args[:1] == ["-n"]:
+    args = args[2:]
+step = scenario["steps"][min(scenario["step"], len(scenario["steps"]) - 1)]
+def out(obj):
+    print(json.dumps(obj))
+def save():
+    with open(scenario_file, "w") as f:
+        json.dump(scenario, f)
+if args[:2] == ["get", "crd"]:
+    if not scenario.get("crd", True):
+        print('Error from server (NotFound): customresourcedefinitions "plans.upgrade.cattle.io" not found',
+              file=sys.stderr)
+        sys.exit(1)
+    print("plans.upgrade.cattle.io")
+elif args[:3] == ["get", "nodes", "-l"]:
+    key, _, value = args[3].partition("=")
+    out({"items": [n for n in step["nodes"] if n["metadata"]["labels"].get(key) == value]})
+elif args[:2] == ["get", "nodes"]:
+    out({"items": step["nodes"]})
+elif args[:1] == ["apply"]:
+    scenario["applied"] = sys.stdin.read()
+    save()
+    print("plan.upgrade.cattle.io/gpu-k8s-os-canary created")
+elif args[:2] == ["get", "plans.upgrade.cattle.io"] and args[2] == "-l":
+    out({"items": step["plans"]})
+    scenario["step"] += 1
+    save()
+elif args[:2] == ["get", "plans.upgrade.cattle.io"]:
+    found = [p for p in step["plans"] if p["metadata"]["name"] == args[2]]
+    if not found:
+        print('Error from server (NotFound): plans.upgrade.cattle.io "%s" not found' % args[2], file=sys.stderr)
+        sys.exit(1)
+    out(found[0])
+elif args[:2] == ["get", "jobs"]:
+    out({"items": step["jobs"]})
+elif args[:1] == ["logs"]:
+    print(scenario["logs"].get(args[1].split("/", 1)[1], ""))
+else:
+    print("fake kubectl: unexpected " + " ".join(argv), file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+def node(name: str, canary: bool = False, done: dict[str, str] | None = None) -> dict:
+    labels = {"kubernetes.io/hostname": name, **({"update.gpu-k8s.io/ring": "canary"} if canary else {})}
+    for plan, plan_hash in (done or {}).items():
+        labels[f"plan.upgrade.cattle.io/{plan}"] = plan_hash
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def plan(ring: str, version: str = "1.4.0", complete: bool = False) -> dict:
+    return {"metadata": {"name": f"gpu-k8s-os-{ring}"},
+            "status": {"latestVersion": version, "latestHash": f"hash-{ring}",
+                       "conditions": [{"type": "Complete", "status": "True" if complete else "False"}]}}
+
+
+def job(ring: str, node_name: str, state: str = "active", failed: int = 0) -> dict:
+    status: dict = {"active": 1} if state == "active" else {}
+    status["failed"] = failed
+    if state == "failed":
+        status["conditions"] = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                                 "message": "Job has reached the specified backoff limit"}]
+    return {"metadata": {"name": f"apply-gpu-k8s-os-{ring}-on-{node_name}-with-hash",
+                         "creationTimestamp": "2026-11-23T22:00:00Z",
+                         "labels": {"upgrade.cattle.io/plan": f"gpu-k8s-os-{ring}",
+                                    "upgrade.cattle.io/node": node_name}},
+            "status": status}
+
+
+def play(stand_ins: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: dict) -> Path:
+    scenario_file = tmp_path / "scenario.json"
+    scenario_file.write_text(json.dumps({"step": 0, "logs": {}, **scenario}))
+    stand_ins.add("kubectl", FAKE_KUBECTL)
+    monkeypatch.setenv("ROLLOUT_SCENARIO", str(scenario_file))
+    monkeypatch.delenv("GPU_K8S_KUBECTL", raising=False)
+    monkeypatch.setattr(rollout, "FOLLOW_INTERVAL_S", 0)
+    return scenario_file
+
+
+def test_follows_canary_then_fleet_to_the_end(stand_ins, tmp_path, monkeypatch, capsys) -> None:
+    canary_done = {"gpu-k8s-os-canary": "hash-canary"}
+    both_done = {**canary_done, "gpu-k8s-os-fleet": "hash-fleet"}
+    steps = [
+        {"nodes": [node("nano-c", canary=True), node("nano-1")],
+         "plans": [plan("canary"), plan("fleet")], "jobs": [job("canary", "nano-c"), job("fleet", "nano-1")]},
+        {"nodes": [node("nano-c", canary=True), node("nano-1")],
+         "plans": [plan("canary"), plan("fleet")], "jobs": [job("canary", "nano-c", failed=1)]},
+        {"nodes": [node("nano-c", True, canary_done), node("nano-1")],
+         "plans": [plan("canary", complete=True), plan("fleet")], "jobs": [job("fleet", "nano-1")]},
+        {"nodes": [node("nano-c", True, both_done), node("nano-1", done={"gpu-k8s-os-fleet": "hash-fleet"})],
+         "plans": [plan("canary", complete=True), plan("fleet", complete=True)], "jobs": []},
+    ]
+    scenario_file = play(stand_ins, tmp_path, monkeypatch, {"steps": steps})
+    progress = rollout.run_rollout(options())
+    assert progress is not None and progress.finished and not progress.stopped
+    out = capsys.readouterr().out
+    assert "waiting   for the canary ring" in out, "fleet nodes wait while the canary is not complete"
+    assert "(after its reboot)" in out
+    assert out.count("done") >= 2
+    applied = list(yaml.safe_load_all(json.loads(scenario_file.read_text())["applied"]))
+    assert [doc["metadata"]["name"] for doc in applied if doc] == ["gpu-k8s-os-canary", "gpu-k8s-os-fleet"]
+
+
+def test_a_canary_that_rolled_back_stops_the_rollout_and_says_why(stand_ins, tmp_path, monkeypatch) -> None:
+    steps = [
+        {"nodes": [node("nano-c", canary=True), node("nano-1")],
+         "plans": [plan("canary"), plan("fleet")],
+         "jobs": [job("canary", "nano-c", state="failed", failed=3), job("fleet", "nano-1")]},
+    ]
+    logs = {"apply-gpu-k8s-os-canary-on-nano-c-with-hash":
+            "2026-11-23 22:01:00 ERROR   upgrade: 1.4.0 was installed and booted, but this node is back on 1.3.0; "
+            "the gate said: not healthy after 900s: kubelet: connection refused"}
+    play(stand_ins, tmp_path, monkeypatch, {"steps": steps, "logs": logs})
+    with pytest.raises(rollout.RolloutError) as stopped:
+        rollout.run_rollout(options())
+    message = str(stopped.value)
+    assert "rollout stopped at canary node nano-c" in message and "BackoffLimitExceeded" in message
+    assert "kubelet: connection refused" in message, "the node's own reason reaches the person"
+
+
+def test_no_canary_node_refuses_before_applying(stand_ins, tmp_path, monkeypatch) -> None:
+    scenario_file = play(stand_ins, tmp_path, monkeypatch,
+                         {"steps": [{"nodes": [node("nano-1")], "plans": [], "jobs": []}]})
+    with pytest.raises(rollout.RolloutError, match="no node is labelled update.gpu-k8s.io/ring=canary"):
+        rollout.run_rollout(options())
+    assert "applied" not in json.loads(scenario_file.read_text())
+
+
+def test_fleet_ring_alone_needs_the_canary_ring_complete_at_this_version(stand_ins, tmp_path, monkeypatch) -> None:
+    steps = [{"nodes": [node("nano-1")], "plans": [plan("canary", version="1.3.0", complete=True)], "jobs": []}]
+    scenario_file = play(stand_ins, tmp_path, monkeypatch, {"steps": steps})
+    with pytest.raises(rollout.RolloutError, match="canary ring has not completed 1.4.0"):
+        rollout.run_rollout(options(ring="fleet"))
+    assert "applied" not in json.loads(scenario_file.read_text())
+
+
+def test_missing_controller_is_named(stand_ins, tmp_path, monkeypatch) -> None:
+    play(stand_ins, tmp_path, monkeypatch, {"crd": False, "steps": [{"nodes": [], "plans": [], "jobs": []}]})
+    with pytest.raises(rollout.RolloutError, match="system-upgrade-controller is not installed"):
+        rollout.run_rollout(options())
+
+
+def test_task_refuses_bad_input_in_one_line_without_calling_kubectl(stand_ins) -> None:
+    stand_ins.add("kubectl", "sys.exit(0)")
+    completed = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "rollout", "--version", "1.4.0",
+         "--artifact-url", "ftp://x/y.mender"],
+        capture_output=True, text=True, check=False,
+    )
+    assert completed.returncode == 1
+    assert completed.stderr.strip().count("\n") == 0 and "must be an http(s) URL" in completed.stderr
+    assert stand_ins.calls("kubectl") == []
+
+
+def test_task_dry_run_prints_plans_and_calls_no_kubectl(stand_ins) -> None:
+    stand_ins.add("kubectl", "sys.exit(0)")
+    completed = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "rollout", "--version", "1.4.0",
+         "--artifact-url", URL, "--dry-run", "--ring", "canary"],
+        capture_output=True, text=True, check=True,
+    )
+    documents = [doc for doc in yaml.safe_load_all(completed.stdout) if doc]
+    assert [doc["metadata"]["name"] for doc in documents] == ["gpu-k8s-os-canary"]
+    assert stand_ins.calls("kubectl") == []

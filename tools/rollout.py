@@ -1,0 +1,414 @@
+"""`rollout`: roll an OS release over the fleet with system-upgrade-controller (v0.20.1).
+
+Two rings, each a Plan rendered from templates/rollout/plan.yaml.j2: `canary` (nodes
+labelled update.gpu-k8s.io/ring=canary, one at a time) and `fleet` (every other node),
+whose prepare step waits until the canary Plan completed this version. Each node's job runs
+`chroot /host gpu-k8s-update upgrade`, which succeeds only after the new slot passed its
+health gate; a node that rolled back fails its job, and the ring stops there."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from tools import console
+
+TEMPLATES = Path(__file__).resolve().parent / "templates" / "rollout"
+NAMESPACE = "system-upgrade"
+RING_LABEL = "update.gpu-k8s.io/ring"
+UPGRADE_IMAGE = "localhost/gpu-k8s-upgrade:latest"
+RINGS = ("canary", "fleet", "all")
+PLAN_PREFIX = "gpu-k8s-os-"
+# Fits a Nano: drain (10 min at most), download + write a GB rootfs to SD, reboot, gate (15 min).
+CANARY_DEADLINE_S = 3600
+# The fleet ring's jobs start at once and wait in prepare for the canaries: give them time.
+FLEET_DEADLINE_S = 4 * 3600
+DRAIN_TIMEOUT = "10m"
+POST_COMPLETE_DELAY = "2m"
+FOLLOW_INTERVAL_S = 15.0
+# In the prepare container (busybox): hand the service account through chroot, which hides it.
+PREPARE_SCRIPT = (
+    "sa=/var/run/secrets/kubernetes.io/serviceaccount; "
+    'export GPU_K8S_UPDATE_API_TOKEN="$(cat $sa/token)" GPU_K8S_UPDATE_API_CA="$(cat $sa/ca.crt)"; '
+    'exec chroot /host gpu-k8s-update wait-plan "$@"'
+)
+
+_VERSION = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._+-]{0,61}[A-Za-z0-9])?$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+
+
+class RolloutError(Exception):
+    """The rollout cannot go ahead or stopped; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    version: str
+    artifact_url: str
+    ring: str = "all"
+    concurrency: int = 1
+    selector: str | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class Ring:
+    name: str
+    operator: str  # In / NotIn the canary label
+    concurrency: int
+    deadline_s: int
+    waits_for: Ring | None = None
+
+    @property
+    def plan_name(self) -> str:
+        return PLAN_PREFIX + self.name
+
+
+# ---------------------------------------------------------------- input
+
+
+def parse_selector(selector: str | None) -> list[tuple[str, str]]:
+    if not selector:
+        return []
+    key, sep, value = selector.partition("=")
+    prefix, slash, name = key.rpartition("/")
+    valid_key = bool(_LABEL_NAME.match(name)) and (not slash or (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix)))
+    if not sep or not valid_key or not _LABEL_NAME.match(value):
+        raise RolloutError(
+            f"--selector {selector!r} is not KEY=VALUE with a Kubernetes label key and value "
+            "(e.g. --selector site=lab-2)"
+        )
+    if key == RING_LABEL:
+        raise RolloutError(f"--selector cannot use {RING_LABEL}: that label picks the ring; use --ring")
+    return [(key, value)]
+
+
+def validate(options: RolloutOptions) -> None:
+    """Every check that needs no cluster; one line naming the problem and the fix."""
+    if not _VERSION.match(options.version) or len(options.version) > 63:
+        raise RolloutError(
+            f"--version {options.version!r} must be 1-63 letters, digits, '.', '_', '+' or '-', starting and "
+            "ending with a letter or digit (it becomes a Kubernetes label value), e.g. 1.4.0"
+        )
+    url = urllib.parse.urlparse(options.artifact_url)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise RolloutError(
+            f"--artifact-url {options.artifact_url!r} must be an http(s) URL every node can reach, "
+            "e.g. http://updates.lan/1.4.0/gpu-k8s-image-jetson-nano-devkit.mender (see ./task release)"
+        )
+    if options.ring not in RINGS:
+        raise RolloutError(f"--ring must be one of {', '.join(RINGS)}, got {options.ring!r}")
+    if options.concurrency < 1:
+        raise RolloutError(f"--concurrency must be 1 or more, got {options.concurrency}")
+    parse_selector(options.selector)
+
+
+def rings(options: RolloutOptions) -> list[Ring]:
+    """The rings to apply. The canary ring updates one node at a time whatever --concurrency
+    says: its first failure must stop everything."""
+    canary = Ring("canary", "In", 1, CANARY_DEADLINE_S)
+    fleet = Ring("fleet", "NotIn", options.concurrency, FLEET_DEADLINE_S, waits_for=canary)
+    return {"canary": [canary], "fleet": [fleet], "all": [canary, fleet]}[options.ring]
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render_plans(options: RolloutOptions) -> str:
+    validate(options)
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # YAML, not HTML; values are quoted with tojson in the template
+    )
+    template = environment.get_template("plan.yaml.j2")
+    documents = [
+        template.render(
+            ring=ring,
+            namespace=NAMESPACE,
+            ring_label=RING_LABEL,
+            version=options.version,
+            artifact_url=options.artifact_url,
+            selector=parse_selector(options.selector),
+            image=UPGRADE_IMAGE,
+            prepare_script=PREPARE_SCRIPT,
+            drain_timeout=DRAIN_TIMEOUT,
+            post_complete_delay=POST_COMPLETE_DELAY,
+        ).strip()
+        for ring in rings(options)
+    ]
+    return "---\n" + "\n---\n".join(documents) + "\n"
+
+
+# ---------------------------------------------------------------- the cluster
+
+
+Kubectl = Callable[[Sequence[str], str | None], "subprocess.CompletedProcess[str]"]
+
+
+def kubectl_command() -> list[str]:
+    return shlex.split(os.environ.get("GPU_K8S_KUBECTL", "kubectl"))
+
+
+def run_kubectl(args: Sequence[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [*kubectl_command(), *args]
+    try:
+        return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=120, check=False)
+    except FileNotFoundError:
+        raise RolloutError(
+            f"{argv[0]} not found: install kubectl, or set GPU_K8S_KUBECTL (e.g. 'k3s kubectl')"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise RolloutError(f"{shlex.join(argv)} did not answer within 120 s: is the cluster reachable?") from None
+
+
+def kubectl_json(kubectl: Kubectl, *args: str) -> dict[str, Any]:
+    result = kubectl([*args, "-o", "json"], None)
+    if result.returncode != 0:
+        raise RolloutError(f"kubectl {' '.join(args)} failed: {last_line(result.stderr)}")
+    return json.loads(result.stdout)
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def preflight(options: RolloutOptions, kubectl: Kubectl) -> None:
+    """Refuse before applying anything when the rollout could not work."""
+    crd = kubectl(["get", "crd", "plans.upgrade.cattle.io"], None)
+    if crd.returncode != 0:
+        raise RolloutError(
+            "system-upgrade-controller is not installed in this cluster (no plans.upgrade.cattle.io CRD): "
+            f"it ships with the image's k3s server manifests ({last_line(crd.stderr)})"
+        )
+    if options.ring in ("canary", "all"):
+        nodes = kubectl_json(kubectl, "get", "nodes", "-l", f"{RING_LABEL}=canary")
+        if not nodes.get("items"):
+            raise RolloutError(
+                f"no node is labelled {RING_LABEL}=canary: label one or two first "
+                f"(kubectl label node NAME {RING_LABEL}=canary)"
+            )
+    if options.ring == "fleet":
+        plan = kubectl([*_plan_ref("canary"), "-o", "json"], None)
+        done = False
+        if plan.returncode == 0:
+            state = plan_summary(json.loads(plan.stdout))
+            done = state["version"] == suc_version(options.version) and state["complete"]
+        if not done:
+            raise RolloutError(
+                f"the canary ring has not completed {options.version}: its fleet Plan would wait forever; "
+                "run --ring canary first (or --ring all)"
+            )
+
+
+def _plan_ref(ring: str) -> list[str]:
+    return ["-n", NAMESPACE, "get", "plans.upgrade.cattle.io", PLAN_PREFIX + ring]
+
+
+def apply(manifest: str, kubectl: Kubectl) -> None:
+    result = kubectl(["apply", "-f", "-"], manifest)
+    if result.returncode != 0:
+        raise RolloutError(f"kubectl apply failed: {last_line(result.stderr)}")
+    for line in result.stdout.splitlines():
+        console.info(line)
+
+
+# ---------------------------------------------------------------- following progress
+
+
+def suc_version(version: str) -> str:
+    return version.replace("+", "-")
+
+
+def plan_summary(plan: Mapping[str, Any]) -> dict[str, Any]:
+    status = plan.get("status") or {}
+    complete = any(
+        c.get("type") == "Complete" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return {
+        "name": plan.get("metadata", {}).get("name", "?"),
+        "version": status.get("latestVersion", ""),
+        "hash": status.get("latestHash", ""),
+        "complete": complete,
+        "applying": list(status.get("applying") or []),
+    }
+
+
+@dataclass(frozen=True)
+class NodeState:
+    ring: str
+    node: str
+    state: str  # waiting, updating, done, FAILED
+    detail: str = ""
+
+
+def selects(node: Mapping[str, Any], ring: Ring, selector: Sequence[tuple[str, str]]) -> bool:
+    labels = node.get("metadata", {}).get("labels") or {}
+    is_canary = labels.get(RING_LABEL) == "canary"
+    if is_canary != (ring.operator == "In"):
+        return False
+    return all(labels.get(key) == value for key, value in selector)
+
+
+def node_states(
+    ring: Ring,
+    plan: Mapping[str, Any] | None,
+    nodes: Sequence[Mapping[str, Any]],
+    jobs: Sequence[Mapping[str, Any]],
+    selector: Sequence[tuple[str, str]],
+) -> list[NodeState]:
+    """Where each node of a ring stands, from the Plan, the nodes' labels and the jobs."""
+    summary = plan_summary(plan) if plan else {"hash": "", "complete": False, "name": ring.plan_name}
+    done_label = f"plan.upgrade.cattle.io/{ring.plan_name}"
+    states = []
+    for node in nodes:
+        if not selects(node, ring, selector):
+            continue
+        name = node["metadata"]["name"]
+        labels = node["metadata"].get("labels") or {}
+        node_jobs = [
+            job for job in jobs
+            if (job.get("metadata", {}).get("labels") or {}).get("upgrade.cattle.io/node") == name
+            and (job.get("metadata", {}).get("labels") or {}).get("upgrade.cattle.io/plan") == ring.plan_name
+        ]
+        if summary["hash"] and labels.get(done_label) == summary["hash"]:
+            states.append(NodeState(ring.name, name, "done", "updated, gate passed, committed"))
+            continue
+        states.append(_job_state(ring, name, node_jobs))
+    return states
+
+
+def _job_state(ring: Ring, node: str, jobs: Sequence[Mapping[str, Any]]) -> NodeState:
+    if not jobs:
+        return NodeState(ring.name, node, "waiting", "not started (concurrency or an earlier node)")
+    job = max(jobs, key=lambda j: j.get("metadata", {}).get("creationTimestamp", ""))
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Failed" and condition.get("status") == "True":
+            why = condition.get("reason", "Failed")
+            message = condition.get("message", "")
+            return NodeState(ring.name, node, "FAILED", f"job {job['metadata']['name']}: {why} {message}".strip())
+        if condition.get("type") == "Complete" and condition.get("status") == "True":
+            return NodeState(ring.name, node, "done", "job complete")
+    failed = int(status.get("failed") or 0)
+    # The job's first pod dies with the node's reboot; the next one confirms the new slot.
+    attempt = " (after its reboot)" if failed else ""
+    return NodeState(ring.name, node, "updating", f"job {job['metadata']['name']} running{attempt}")
+
+
+@dataclass(frozen=True)
+class Progress:
+    states: list[NodeState]
+    finished: bool
+    stopped: str  # why the rollout stopped ('' if it did not)
+
+
+def assess(
+    options: RolloutOptions,
+    plans: Mapping[str, Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]],
+    jobs: Sequence[Mapping[str, Any]],
+    job_log: Callable[[str], str] = lambda name: "",
+) -> Progress:
+    selector = parse_selector(options.selector)
+    states: list[NodeState] = []
+    finished = True
+    for ring in rings(options):
+        plan = plans.get(ring.plan_name)
+        ring_states = node_states(ring, plan, nodes, jobs, selector)
+        if ring.waits_for and plan_done(plans.get(ring.waits_for.plan_name), options.version) is False:
+            ring_states = [
+                NodeState(s.ring, s.node, "waiting", f"for the {ring.waits_for.name} ring")
+                if s.state in ("updating", "waiting") else s
+                for s in ring_states
+            ]
+        states.extend(ring_states)
+        if not plan_done(plan, options.version):
+            finished = False
+    for state in states:
+        if state.state == "FAILED":
+            job_name = state.detail.split(":", 1)[0].removeprefix("job ")
+            why = job_log(job_name)
+            stopped = f"rollout stopped at {state.ring} node {state.node}: {state.detail}"
+            if why:
+                stopped += f"; the node said: {why}"
+            return Progress(states, False, stopped)
+    return Progress(states, finished, "")
+
+
+def plan_done(plan: Mapping[str, Any] | None, version: str) -> bool:
+    if plan is None:
+        return False
+    summary = plan_summary(plan)
+    return summary["version"] == suc_version(version) and summary["complete"]
+
+
+def snapshot(options: RolloutOptions, kubectl: Kubectl) -> Progress:
+    plan_list = kubectl_json(kubectl, "-n", NAMESPACE, "get", "plans.upgrade.cattle.io",
+                             "-l", "app.kubernetes.io/managed-by=gpu-k8s-rollout")
+    plans = {p["metadata"]["name"]: p for p in plan_list.get("items", [])}
+    nodes = kubectl_json(kubectl, "get", "nodes").get("items", [])
+    jobs = kubectl_json(kubectl, "-n", NAMESPACE, "get", "jobs", "-l", "upgrade.cattle.io/plan").get("items", [])
+
+    def job_log(name: str) -> str:
+        result = kubectl(["-n", NAMESPACE, "logs", f"job/{name}", "-c", "upgrade", "--tail", "20"], None)
+        errors = [line for line in result.stdout.splitlines() if "ERROR" in line]
+        return (errors[-1] if errors else last_line(result.stdout)).strip() if result.returncode == 0 else ""
+
+    return assess(options, plans, nodes, jobs, job_log)
+
+
+def follow(options: RolloutOptions, kubectl: Kubectl, sleep: Callable[[float], None] = time.sleep) -> Progress:
+    """Print each node's state when it changes, until every ring completed or a node failed."""
+    seen: dict[tuple[str, str], NodeState] = {}
+    while True:
+        progress = snapshot(options, kubectl)
+        for state in progress.states:
+            if seen.get((state.ring, state.node)) != state:
+                console.info(f"{state.ring:6}  {state.node:24}  {state.state:8}  {state.detail}")
+                seen[(state.ring, state.node)] = state
+        if progress.stopped or progress.finished:
+            return progress
+        sleep(FOLLOW_INTERVAL_S)
+
+
+def run_rollout(options: RolloutOptions, kubectl: Kubectl | None = None) -> Progress | None:
+    manifest = render_plans(options)
+    if options.dry_run:
+        print(manifest, end="")
+        return None
+    kubectl = kubectl or run_kubectl
+    console.step(f"checking the cluster for a rollout of {options.version} ({options.ring})")
+    preflight(options, kubectl)
+    console.step("applying the Plans")
+    apply(manifest, kubectl)
+    console.step("following the rollout (Ctrl-C stops following; the rollout goes on in the cluster)")
+    progress = follow(options, kubectl)
+    rows = [[s.ring, s.node, s.state, s.detail] for s in progress.states]
+    console.summary("rollout", ["ring", "node", "state", "detail"], rows)
+    if progress.stopped:
+        raise RolloutError(
+            progress.stopped + ". Fix the image and roll a new version, or after fixing the node run "
+            "'gpu-k8s-update forget' on it and delete its failed job to retry (docs/fleet.md)"
+        )
+    return progress
+
+
+def manifest_documents(manifest: str) -> list[dict[str, Any]]:
+    """The Plans in a rendered manifest, parsed (tests and --dry-run users)."""
+    return [doc for doc in yaml.safe_load_all(manifest) if doc]
