@@ -14,6 +14,7 @@ from tools import check_image as check_image_module
 from tools import console
 from tools import flash as flash_module
 from tools import lint as lint_module
+from tools import release as release_module
 from tools import rollout as rollout_module
 from tools import smoke_test as smoke_module
 from tools import suite as suite_module
@@ -278,6 +279,44 @@ def smoke_test(
     except KeyboardInterrupt:
         console.error("interrupted; QEMU was stopped")
         raise Exit(code=130) from None
+
+
+@task(
+    auto_shortflags=False,
+    help={
+        "kas": "release what this kas file's build made, e.g. kas/jetson-nano.yml (default: every machine "
+        "that has artifacts)",
+        "build-dir": "kas work dir of that build (default build/<machine>; with --kas)",
+        "deploy-dir": "take the artifacts from this directory instead (a copied deploy dir)",
+        "output": "where the release goes (default build/release/<version>)",
+        "verify-key": "public key: also verify each signature with mender-artifact (must be on PATH)",
+    },
+)
+def release(
+    c: Context,
+    kas: str | None = None,
+    build_dir: str | None = None,
+    deploy_dir: str | None = None,
+    output: str | None = None,
+    verify_key: str | None = None,
+) -> None:
+    """Collect a build's signed .mender artifacts into one directory to serve to the fleet.
+
+    Copies each artifact, writes its sha256 (and SHA256SUMS) and release.json (version,
+    machine, L4T version on Jetson, k3s version, artifact name). Refuses unsigned or corrupt
+    artifacts and says so when nothing was built."""
+    options = release_module.ReleaseOptions(
+        kas=kas,
+        build_dir=_optional_path(build_dir),
+        deploy_dir=_optional_path(deploy_dir),
+        output=_optional_path(output),
+        verify_key=_optional_path(verify_key),
+    )
+    try:
+        release_module.run_release(options)
+    except release_module.ReleaseError as failure:
+        console.error(str(failure))
+        raise Exit(code=1) from None
 
 
 @task(

@@ -1,0 +1,298 @@
+"""`release`: gather a build's signed .mender artifacts into one directory a web server (or a
+USB stick) can serve: the artifacts, their sha256 and release.json (version, machine, L4T and
+k3s versions, artifact name). `./task rollout --artifact-url` then points at it.
+
+A Mender artifact is a tar: `version`, `manifest` (sha256 of every other member),
+`manifest.sig` when signed, `header.tar[.gz|.xz]` (header-info: artifact name, device types,
+payload types) and the payload data. We read it with the standard library, so a release
+needs no Mender tools; with --verify-key, mender-artifact also checks the signature."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tools import build, console
+from tools.paths import BUILD_ROOT
+
+CHUNK = 4 * 1024 * 1024
+HEADER_NAMES = ("header.tar.gz", "header.tar.xz", "header.tar", "header.tar.zst")
+K3S_PACKAGES = ("k3s", "k3s-server", "k3s-agent", "k3s-bin")
+L4T_PACKAGES = ("nv-tegra-release", "tegra-libraries-core")
+
+
+class ReleaseError(Exception):
+    """Nothing to release, or an artifact we must not serve; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ReleaseOptions:
+    kas: str | None = None  # one kas file; None: every machine that has artifacts
+    build_dir: Path | None = None
+    deploy_dir: Path | None = None  # overrides what --kas/--build-dir would find
+    output: Path | None = None  # default build/release/<version>
+    verify_key: Path | None = None
+
+
+@dataclass
+class ArtifactInfo:
+    file: str
+    sha256: str
+    size_bytes: int
+    artifact_name: str
+    device_types: list[str]
+    payload_types: list[str]
+    machine: str
+    signed: bool
+    l4t_version: str | None = None
+    k3s_version: str | None = None
+    source: str = field(default="", repr=False)
+
+
+# ---------------------------------------------------------------- reading a .mender file
+
+
+def read_mender(path: Path) -> dict[str, object]:
+    """Name, device types, payload types and signature presence, after checking every
+    member against the artifact's own manifest."""
+    if not tarfile.is_tarfile(path):
+        raise ReleaseError(f"{path.name} is not a Mender artifact (not a tar archive)")
+    with tarfile.open(path, "r:") as archive:  # the outer tar is never compressed
+        members = {member.name: member for member in archive.getmembers() if member.isfile()}
+        if "version" not in members or "manifest" not in members:
+            raise ReleaseError(f"{path.name} is not a Mender artifact (no version/manifest members)")
+        version = json.loads(_member_bytes(archive, members["version"]))
+        if version.get("format") != "mender" or int(version.get("version", 0)) < 2:
+            raise ReleaseError(f"{path.name}: unsupported artifact format {version}")
+        _check_manifest(path, archive, members)
+        header_name = next((name for name in HEADER_NAMES if name in members), None)
+        if header_name is None:
+            raise ReleaseError(f"{path.name} has no header member")
+        info = _header_info(path, header_name, _member_bytes(archive, members[header_name]))
+    provides = info.get("artifact_provides") or {}
+    depends = info.get("artifact_depends") or {}
+    name = provides.get("artifact_name") or info.get("artifact_name", "")
+    if not name:
+        raise ReleaseError(f"{path.name}: its header names no artifact_name")
+    return {
+        "artifact_name": str(name),
+        "device_types": [str(d) for d in depends.get("device_type") or info.get("device_types_compatible") or []],
+        "payload_types": [str(p.get("type")) for p in info.get("payloads") or []],
+        "signed": "manifest.sig" in members,
+    }
+
+
+def _member_bytes(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    stream = archive.extractfile(member)
+    if stream is None:
+        raise ReleaseError(f"cannot read {member.name}")
+    return stream.read()
+
+
+def _check_manifest(path: Path, archive: tarfile.TarFile, members: Mapping[str, tarfile.TarInfo]) -> None:
+    listed = {}
+    for line in _member_bytes(archive, members["manifest"]).decode("utf-8", "replace").splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            listed[parts[1]] = parts[0]
+    for name, digest in listed.items():
+        if name not in members:
+            raise ReleaseError(f"{path.name} is incomplete: its manifest lists {name}, which is missing")
+        stream = archive.extractfile(members[name])
+        assert stream is not None
+        actual = hashlib.sha256()
+        for chunk in iter(lambda: stream.read(CHUNK), b""):  # noqa: B023 - consumed right here
+            actual.update(chunk)
+        if actual.hexdigest() != digest:
+            raise ReleaseError(f"{path.name} is corrupt: {name} does not match its manifest checksum")
+
+
+def _header_info(path: Path, name: str, data: bytes) -> dict:
+    if name.endswith(".zst"):
+        raise ReleaseError(f"{path.name} has a zstd header, which this tool cannot read: build with gzip or xz")
+    if name.endswith(".xz"):
+        data = lzma.decompress(data)
+    mode = "r:gz" if name.endswith(".gz") else "r:"
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode=mode) as header:
+            member = header.getmember("header-info")
+            stream = header.extractfile(member)
+            assert stream is not None
+            return json.loads(stream.read())
+    except (tarfile.TarError, KeyError, ValueError) as error:
+        raise ReleaseError(f"{path.name}: unreadable header ({error})") from None
+
+
+# ---------------------------------------------------------------- what the build produced
+
+
+def image_manifest_versions(manifest: Path, packages: Iterable[str]) -> str | None:
+    """The version of the first of `packages` in a Yocto image manifest ('name arch version')."""
+    try:
+        lines = manifest.read_text().splitlines()
+    except OSError:
+        return None
+    versions = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 3:
+            versions[parts[0]] = re.sub(r"-r\d+$", "", parts[2])
+    return next((versions[name] for name in packages if name in versions), None)
+
+
+def release_candidates(deploy_dir: Path) -> list[Path]:
+    """The artifacts to release: what the stable-name links point at (the newest build of
+    each image), or every regular .mender file when there are no links."""
+    links = sorted(p for p in deploy_dir.glob("*.mender") if p.is_symlink())
+    if links:
+        return sorted({link.resolve() for link in links if link.resolve().is_file()})
+    return sorted(p for p in deploy_dir.glob("*.mender") if p.is_file())
+
+
+def machines_to_release(options: ReleaseOptions) -> list[tuple[str, Path]]:
+    """(Yocto machine, deploy dir) pairs to look in."""
+    if options.deploy_dir is not None:
+        machine = _machine_for_kas(options.kas).yocto_machine if options.kas else options.deploy_dir.name
+        return [(machine, options.deploy_dir)]
+    names = [_machine_name_for_kas(options.kas)] if options.kas else list(build.MACHINES)
+    found = []
+    for name in names:
+        build_options = build.BuildOptions(machine=name, build_dir=options.build_dir if options.kas else None)
+        env = build.build_environment(build_options, os.environ)
+        found.append((build.MACHINES[name].yocto_machine, build.deploy_dir(build_options, env)))
+    return found
+
+
+def _machine_name_for_kas(kas: str) -> str:
+    wanted = Path(kas).as_posix().removeprefix("./")
+    for name, target in build.MACHINES.items():
+        if target.kas_file == wanted or Path(target.kas_file).name == Path(wanted).name:
+            return name
+    known = ", ".join(target.kas_file for target in build.MACHINES.values())
+    raise ReleaseError(f"--kas {kas}: not one of our kas files ({known})")
+
+
+def _machine_for_kas(kas: str) -> build.MachineTarget:
+    return build.MACHINES[_machine_name_for_kas(kas)]
+
+
+def collect(options: ReleaseOptions) -> list[ArtifactInfo]:
+    artifacts: list[ArtifactInfo] = []
+    looked = []
+    for machine, deploy_dir in machines_to_release(options):
+        looked.append(str(deploy_dir))
+        for path in release_candidates(deploy_dir) if deploy_dir.is_dir() else []:
+            details = read_mender(path)
+            if not details["signed"]:
+                raise ReleaseError(
+                    f"{path} is not signed (no manifest.sig): the images only install signed artifacts. "
+                    "Set MENDER_ARTIFACT_SIGNING_KEY (and MENDER_ARTIFACT_VERIFY_KEY) and rebuild (docs/fleet.md)"
+                )
+            if options.verify_key is not None:
+                verify_signature(path, options.verify_key)
+            manifest = path.with_name(path.name.removesuffix(".mender") + ".manifest")
+            is_tegra = machine.startswith("jetson") or "tegra" in machine
+            artifacts.append(ArtifactInfo(
+                file=path.name,
+                sha256=file_sha256(path),
+                size_bytes=path.stat().st_size,
+                artifact_name=str(details["artifact_name"]),
+                device_types=list(details["device_types"]),  # type: ignore[arg-type]
+                payload_types=list(details["payload_types"]),  # type: ignore[arg-type]
+                machine=machine,
+                signed=True,
+                l4t_version=image_manifest_versions(manifest, L4T_PACKAGES) if is_tegra else None,
+                k3s_version=image_manifest_versions(manifest, K3S_PACKAGES),
+                source=str(path),
+            ))
+    if not artifacts:
+        raise ReleaseError(
+            "nothing to release: no .mender artifact in " + ", ".join(looked)
+            + ". Build first (./task build --machine jetson-nano), or name the directory with --deploy-dir"
+        )
+    return artifacts
+
+
+def verify_signature(path: Path, key: Path) -> None:
+    tool = shutil.which("mender-artifact")
+    if tool is None:
+        raise ReleaseError("--verify-key needs mender-artifact on PATH (https://docs.mender.io/downloads)")
+    if not key.is_file():
+        raise ReleaseError(f"--verify-key {key}: no such file")
+    result = subprocess.run([tool, "validate", "-k", str(key), str(path)], capture_output=True, text=True,
+                            check=False)
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        raise ReleaseError(f"{path.name}: signature does not verify with {key}: {detail[-1] if detail else '?'}")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------- writing the release
+
+
+def release_version(artifacts: list[ArtifactInfo]) -> str:
+    names = sorted({a.artifact_name for a in artifacts})
+    if len(names) != 1:
+        raise ReleaseError(
+            f"the artifacts carry different names {names}: one release is one version; build every machine "
+            "with the same GPU_K8S_VERSION, or release one with --kas"
+        )
+    return names[0]
+
+
+def write_release(artifacts: list[ArtifactInfo], output: Path) -> Path:
+    output.mkdir(parents=True, exist_ok=True)
+    for artifact in artifacts:
+        target = output / artifact.file
+        if target.exists():
+            if file_sha256(target) != artifact.sha256:
+                raise ReleaseError(
+                    f"{target} exists with other content: a released version never changes; "
+                    "cut a new version (GPU_K8S_VERSION) or choose another --output"
+                )
+        else:
+            temporary = target.with_name(f".{target.name}.partial")
+            shutil.copyfile(artifact.source, temporary)
+            os.replace(temporary, target)
+        (output / f"{artifact.file}.sha256").write_text(f"{artifact.sha256}  {artifact.file}\n")
+    sums = "".join(f"{a.sha256}  {a.file}\n" for a in sorted(artifacts, key=lambda a: a.file))
+    (output / "SHA256SUMS").write_text(sums)
+    manifest = {
+        "version": release_version(artifacts),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "artifacts": [{k: v for k, v in asdict(a).items() if k != "source"} for a in artifacts],
+    }
+    (output / "release.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return output
+
+
+def run_release(options: ReleaseOptions) -> tuple[Path, list[ArtifactInfo]]:
+    console.step("collecting signed Mender artifacts")
+    artifacts = collect(options)
+    version = release_version(artifacts)
+    output = (options.output or BUILD_ROOT / "release" / version).absolute()
+    write_release(artifacts, output)
+    rows = [[a.machine, a.file, console.human_size(a.size_bytes), a.l4t_version or "-", a.k3s_version or "-",
+             a.sha256[:16]] for a in artifacts]
+    console.summary(f"release {version} in {output}", ["machine", "artifact", "size", "L4T", "k3s", "sha256"], rows)
+    console.info(f"serve it: python3 -m http.server --directory {output} 8080")
+    console.info(f"then: ./task rollout --version {version} --artifact-url http://HOST:8080/{artifacts[0].file}")
+    return output, artifacts
