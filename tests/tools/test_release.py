@@ -12,9 +12,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
 
 from tools import release
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 MACHINE = "jetson-nano-devkit"
 LINK = f"gpu-k8s-image-{MACHINE}.mender"

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, StandIns
 
 from tools import rollout
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 URL = "http://updates.lan/1.4.0/gpu-k8s-image-jetson-nano-devkit.mender"
 # Every PlanSpec / ContainerSpec / DrainSpec JSON field of system-upgrade-controller v0.20.1
@@ -192,7 +193,7 @@ def job(ring: str, node_name: str, state: str = "active", failed: int = 0) -> di
             "status": status}
 
 
-def play(stand_ins: StandIns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: dict) -> Path:
+def play(stand_ins, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: dict) -> Path:
     scenario_file = tmp_path / "scenario.json"
     scenario_file.write_text(json.dumps({"step": 0, "logs": {}, **scenario}))
     stand_ins.add("kubectl", FAKE_KUBECTL)
