@@ -157,3 +157,11 @@ def test_durations_accept_units() -> None:
     assert settings.health_recovery_period == pytest.approx(0.5)
     settings, _ = load(("--health-recovery-period", "2m"))
     assert settings.health_recovery_period == 120
+
+
+def test_mig_strategy_none_is_accepted_and_others_refused_since_mig_gpus_are_never_handed_out() -> None:
+    settings, warnings = load(("--config-file", "/c.yaml"),
+                              files={"/c.yaml": "version: v1\nflags:\n  migStrategy: none\n"})
+    assert warnings == () and not hasattr(settings, "mig_strategy"), "nothing acts on it, so nothing keeps it"
+    with pytest.raises(ConfigError, match=r"flags\.migStrategy 'mixed' is not supported.*set migStrategy: none"):
+        load(("--config-file", "/c.yaml"), files={"/c.yaml": "version: v1\nflags:\n  migStrategy: mixed\n"})

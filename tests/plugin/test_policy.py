@@ -176,3 +176,12 @@ def test_bad_allocate_requests_name_the_problem(ids: list[str], message: str) ->
     devices = by_id([gpu(0)], Settings())
     with pytest.raises(policy.AllocationError, match=message):
         policy.allocate(ids, devices, Settings())
+
+
+def test_a_request_naming_thousands_of_unknown_ids_gets_a_short_error() -> None:
+    devices = {d.id: d for d in policy.advertised_devices([gpu(0)], Settings())}
+    with pytest.raises(policy.AllocationError) as refused:
+        policy.allocate([f"nope-{i:05d}" for i in range(20000)], devices, Settings())
+    message = str(refused.value)
+    assert message.startswith("unknown device IDs: nope-00000, nope-00001") and message.endswith("and 19990 more")
+    assert len(message) < 300, "the error rides in gRPC metadata, which has a size limit"

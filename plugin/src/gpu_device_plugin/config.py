@@ -21,7 +21,6 @@ from .settings import (
     DISCOVERY_STRATEGIES,
     MAX_REPLICAS,
     MAX_SIMULATED_GPUS,
-    MIG_STRATEGIES,
     ConfigError,
     Settings,
     TimeSlicing,
@@ -155,8 +154,6 @@ OPTIONS: tuple[Option, ...] = (
            "what NVIDIA_VISIBLE_DEVICES names: uuid or index", "STRATEGY"),
     Option("pass_device_specs", "--pass-device-specs", "PASS_DEVICE_SPECS", ("flags", "plugin", "passDeviceSpecs"),
            _bool, "also hand the GPU's device nodes to the kubelet (needed with the CPU manager)", "BOOL"),
-    Option("mig_strategy", "--mig-strategy", "MIG_STRATEGY", ("flags", "migStrategy"), _choice(MIG_STRATEGIES),
-           "MIG handling; only 'none' (MIG-enabled GPUs are not handed out)", "STRATEGY"),
     Option("allocation_policy", "--shared-devices-allocation-policy", "SHARED_DEVICES_ALLOCATION_POLICY",
            ("flags", "plugin", "sharedDevicesAllocationPolicy"), _choice(ALLOCATION_POLICIES),
            "preferred allocation: distributed (spread over GPUs) or packed", "POLICY"),
@@ -216,6 +213,7 @@ def parse_file(text: str, source: str = "config file") -> FileConfig:
     if version != "v1":
         raise ConfigError(f"{source}: 'version' must be v1 (the official plugin's config format), got {version!r}")
     _check_sections(doc, source)
+    _check_mig_strategy(doc, source)
     values = _parse_options(lambda o: _file_value(doc, o), lambda o: f"{source}: {'.'.join(o.file_path)}")
     unknown = _unknown_keys(doc)
     time_slicing, sharing_unknown = _parse_time_slicing(doc, source)
@@ -278,10 +276,19 @@ def _dig(doc: Mapping[str, Any], path: Sequence[str]) -> Any:
     return node
 
 
+def _check_mig_strategy(doc: Mapping[str, Any], source: str) -> None:
+    """Official files carry `migStrategy: none`, which is what this plugin does (MIG-enabled GPUs are
+    never handed out), so it is accepted and nothing is kept; any other strategy is refused."""
+    value = _dig(doc, ("flags", "migStrategy"))
+    if value is not None and value != "none":
+        raise ConfigError(f"{source}: flags.migStrategy {value!r} is not supported: MIG-enabled GPUs are not "
+                          "handed out; set migStrategy: none or remove it")
+
+
 def _unknown_keys(doc: Mapping[str, Any]) -> list[str]:
     """Fields of the official format (or typos) we do not act on, so one warning can name them."""
-    known: dict[tuple[str, ...], set[str]] = {(): {"version", "flags", "sharing"}, ("flags",): {"plugin"},
-                                              ("sharing",): {"timeSlicing"}}
+    known: dict[tuple[str, ...], set[str]] = {(): {"version", "flags", "sharing"},
+                                              ("flags",): {"plugin", "migStrategy"}, ("sharing",): {"timeSlicing"}}
     for option in OPTIONS:
         known.setdefault(option.file_path[:-1], set()).add(option.file_path[-1])
     out = []

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 class Gpu:
     """One physical GPU as discovery found it. Immutable: a rescan builds new ones."""
 
-    id: str  # stable ID the kubelet sees (NVML UUID, "tegra-..." or "sim-N"); <= 63 chars
+    id: str  # stable ID the kubelet sees (NVML UUID, "tegra-..." or "sim-N")
     index: int  # backend's index; what NVIDIA_VISIBLE_DEVICES takes with the index strategy
     name: str  # product name, e.g. "NVIDIA Tesla T4" or "Tegra X1 (T210)"
     backend: str  # "tegra" | "nvml" | "simulated"

@@ -17,7 +17,6 @@ from .settings import DEFAULT_RESOURCE, Settings
 
 REPLICA_SEPARATOR = "::"
 VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"
-MAX_DEVICE_ID_LENGTH = 63
 
 
 class AllocationError(ValueError):
@@ -189,15 +188,23 @@ def _pick_packed(group: Sequence[str], count: int, devices: Mapping[str, Adverti
 # ---------------------------------------------------------------- allocate
 
 
+NAMED_IDS = 10  # the error travels in gRPC metadata (about 8 KiB at most): name a few, count the rest
+
+
+def _named(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:NAMED_IDS])
+    return shown if len(ids) <= NAMED_IDS else f"{shown} and {len(ids) - NAMED_IDS} more"
+
+
 def validate_request(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settings: Settings) -> None:
     if not ids:
         raise AllocationError("container request names no devices")
     unknown = [i for i in ids if i not in devices]
     if unknown:
-        raise AllocationError(f"unknown device IDs: {', '.join(sorted(set(unknown)))}")
+        raise AllocationError(f"unknown device IDs: {_named(sorted(set(unknown)))}")
     dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
     if dupes:
-        raise AllocationError(f"device IDs requested more than once: {', '.join(dupes)}")
+        raise AllocationError(f"device IDs requested more than once: {_named(dupes)}")
     ts = settings.time_slicing
     if ts.replicas > 1 and ts.fail_requests_greater_than_one and len(ids) > 1:
         raise AllocationError(

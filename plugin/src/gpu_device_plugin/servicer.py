@@ -12,10 +12,12 @@ import grpc
 from . import policy
 from .api import pb
 from .hostpath import host_path_exists
+from .logs import REQUESTS
 from .settings import Settings
 from .state import DeviceState
 
 log = logging.getLogger(__name__)
+request_log = logging.getLogger(REQUESTS)  # one line each, rate-limited (logs.RequestNoise)
 
 MAX_STREAMS = 2  # the kubelet's stream, and one more (a re-dial overlapping, or a debugging client)
 
@@ -95,7 +97,7 @@ class DevicePluginServicer:
     def ListAndWatch(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         slot = self._slots.admit()
         if slot is None:
-            log.warning("refused a ListAndWatch stream: %d are open already (the kubelet keeps one)",
+            request_log.warning("refused a ListAndWatch stream: %d are open already (the kubelet keeps one)",
                         self._slots.limit)
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"{self._slots.limit} ListAndWatch streams are open already; close one first")
@@ -143,7 +145,7 @@ class DevicePluginServicer:
             allocations = [policy.allocate(list(c.devices_ids), devices, settings, node_exists)
                            for c in request.container_requests]
         except policy.AllocationError as exc:
-            log.warning("allocation refused: %s", exc)
+            request_log.warning("allocation refused: %s", exc)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise  # abort raises; this keeps type checkers honest
         for creq, alloc in zip(request.container_requests, allocations, strict=True):

@@ -13,7 +13,6 @@ DISCOVERY_STRATEGIES = ("auto", "tegra", "nvml", "simulated")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 ALLOCATION_POLICIES = ("distributed", "packed")
-MIG_STRATEGIES = ("none",)
 MAX_SIMULATED_GPUS = 64
 MAX_REPLICAS = 256
 
@@ -37,7 +36,6 @@ class Settings:
     device_list_strategy: tuple[str, ...] = ("envvar",)
     device_id_strategy: str = "uuid"
     pass_device_specs: bool = False
-    mig_strategy: str = "none"
     allocation_policy: str = "distributed"
     cdi_annotation_prefix: str = "cdi.k8s.io/"
     cdi_kind: str = "meta-gpu-k8s.io/gpu"

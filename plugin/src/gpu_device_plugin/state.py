@@ -23,11 +23,6 @@ class DeviceState:
         self._wakes = 0  # bumped by wake(): a waiter leaves even when the devices did not change
         self._listeners: list[Callable[[str, Health], None]] = []
 
-    @property
-    def version(self) -> int:
-        with self._cond:
-            return self._version
-
     def set_devices(self, devices: Sequence[AdvertisedDevice]) -> None:
         with self._cond:
             self._devices = tuple(devices)
@@ -41,10 +36,6 @@ class DeviceState:
     def by_id(self) -> Mapping[str, AdvertisedDevice]:
         with self._cond:
             return self._by_id
-
-    def health(self) -> dict[str, Health]:
-        with self._cond:
-            return dict(self._health)
 
     def on_health_change(self, listener: Callable[[str, Health], None]) -> None:
         self._listeners.append(listener)
