@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..discovery.base import DiscoveryError
-from ..model import Gpu, Health
+from ..model import Gpu
 from ..nvml_lib import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from .base import Report, loop_alive
-from .rules import GOOD, HealthRecord, Observation, XidPolicy, bad, next_state, xid_policy_from_env
+from .records import HealthRecords
+from .rules import GOOD, Observation, XidPolicy, bad, xid_policy_from_env
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,6 @@ class NvmlHealthMonitor:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._nvml_module = nvml_module
-        self._quiet_period_s = recovery_quiet_period_s
         self._wait_timeout_ms = wait_timeout_ms
         self._idle_wait_ms = idle_wait_ms
         self._covered: set[str] = set()  # GPUs registered for events in the current event set
@@ -78,8 +78,7 @@ class NvmlHealthMonitor:
         self._beat = time.monotonic()  # last turn of the monitor loop
         self._started = False
         self._gpus: dict[str, Gpu] = {}
-        self._states: dict[str, HealthRecord] = {}
-        self._report: Report = lambda gpu_id, health: None
+        self._records = HealthRecords(clock, recovery_quiet_period_s, "it answered NVML normally")
         self._policy = XidPolicy()
 
     # -- HealthMonitor ------------------------------------------------------------------
@@ -92,8 +91,7 @@ class NvmlHealthMonitor:
         for warning in self._policy.warnings:
             log.warning("%s", warning)
         self._gpus = {gpu.id: gpu for gpu in gpus}
-        self._states = {gpu.id: HealthRecord() for gpu in gpus}
-        self._report = report
+        self._records.start(self._gpus, report)
         if not self._policy.checks_enabled:
             log.info("NVML health checks disabled by DP_DISABLE_HEALTHCHECKS")
             return
@@ -221,7 +219,8 @@ class NvmlHealthMonitor:
     def _idle(self) -> bool:
         """Every GPU healthy and sending events: nothing needs polling, so waits can be long."""
         with self._lock:
-            return self._covered == set(self._gpus) and all(state.healthy for state in self._states.values())
+            covered = self._covered == set(self._gpus)
+        return covered and self._records.all_healthy()
 
     def _wait_once(self, nvml: Any, event_set: Any) -> bool:
         """Wait for one event and act on it; False when the wait itself failed."""
@@ -259,8 +258,7 @@ class NvmlHealthMonitor:
 
     def _check_devices(self, nvml: Any) -> None:
         for gpu_id in self._gpus:
-            with self._lock:
-                healthy = self._states[gpu_id].healthy
+            healthy = self._records.healthy(gpu_id)
             # Healthy GPUs are polled only while non-Xid checks are on; recovery always is.
             if healthy and not self._policy.other_checks_enabled:
                 continue
@@ -285,15 +283,4 @@ class NvmlHealthMonitor:
             self._observe(gpu_id, observation)
 
     def _observe(self, gpu_id: str, observation: Observation) -> None:
-        with self._lock:
-            old = self._states[gpu_id]
-            new = next_state(old, observation, self._clock(), self._quiet_period_s)
-            self._states[gpu_id] = new
-        if new.healthy == old.healthy:
-            return
-        if new.healthy:
-            log.debug("GPU %s is Healthy again: it answered NVML normally for %.0f s",
-                     gpu_id, self._quiet_period_s)
-        else:
-            log.debug("GPU %s is Unhealthy: %s", gpu_id, new.reason)  # the daemon logs the change
-        self._report(gpu_id, Health(new.healthy, new.reason))
+        self._records.observe(gpu_id, observation)

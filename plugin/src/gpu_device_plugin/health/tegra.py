@@ -34,9 +34,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import inotify
-from ..model import Gpu, Health
+from ..model import Gpu
 from .base import Report, loop_alive
-from .rules import GOOD, HealthRecord, Observation, XidPolicy, bad, next_state, xid_policy_from_env
+from .records import HealthRecords
+from .rules import GOOD, Observation, XidPolicy, bad, xid_policy_from_env
 
 log = logging.getLogger(__name__)
 
@@ -213,16 +214,13 @@ class TegraHealthMonitor:
     ) -> None:
         self.root = root
         self._kmsg_path = kmsg_path if kmsg_path is not None else self._host_path("/dev/kmsg")
-        self._quiet_period_s = recovery_quiet_period_s
         self._recheck_interval_s = recheck_interval_s
         self._file_poll_interval_s = file_poll_interval_s  # kmsg stand-ins (files, FIFOs) cannot be selected
         self._env = env
         self._clock = clock
         self._policy = XidPolicy()
         self._gpus: list[Gpu] = []
-        self._states: dict[str, HealthRecord] = {}
-        self._report: Report = lambda gpu_id, health: None
-        self._lock = threading.Lock()
+        self._records = HealthRecords(clock, recovery_quiet_period_s, "nodes present and no nvgpu errors")
         self._thread: threading.Thread | None = None
         self._beat = time.monotonic()  # last turn of the monitor loop
         self._started = False
@@ -249,8 +247,7 @@ class TegraHealthMonitor:
         for warning in self._policy.warnings:
             log.warning("%s", warning)
         self._gpus = list(gpus)
-        self._states = {gpu.id: HealthRecord() for gpu in gpus}
-        self._report = report
+        self._records.start([gpu.id for gpu in gpus], report)
         if not self._policy.checks_enabled:
             log.info("Tegra health checks disabled by DP_DISABLE_HEALTHCHECKS")
             return
@@ -435,18 +432,7 @@ class TegraHealthMonitor:
     # -- state --------------------------------------------------------------------------
 
     def _observe(self, gpu_id: str, observation: Observation) -> None:
-        with self._lock:
-            old = self._states[gpu_id]
-            new = next_state(old, observation, self._clock(), self._quiet_period_s)
-            self._states[gpu_id] = new
-        if new.healthy == old.healthy:
-            return
-        if new.healthy:
-            log.debug("GPU %s is Healthy again: nodes present and no nvgpu errors for %.0f s",
-                     gpu_id, self._quiet_period_s)
-        else:
-            log.debug("GPU %s is Unhealthy: %s", gpu_id, new.reason)  # the daemon logs the change
-        self._report(gpu_id, Health(new.healthy, new.reason))
+        self._records.observe(gpu_id, observation)
 
     def _close_files(self) -> None:
         if self._inotify is not None:
