@@ -113,7 +113,9 @@ def probe(image: str) -> dict:
     import bb.tinfoil
 
     with bb.tinfoil.Tinfoil() as tinfoil:
+        print("probe: bitbake parses every recipe (minutes the first time, seconds from its cache)", flush=True)
         tinfoil.prepare(config_only=False, quiet=2)
+        print(f"probe: resolving what {image} installs", flush=True)
         image_data = tinfoil.parse_recipe(image)
         group_fn = tinfoil.get_recipe_file("packagegroup-gpu-k8s")
         group = tinfoil.parse_recipe_file(group_fn) if group_fn else None
@@ -148,6 +150,7 @@ def main() -> None:
     with open(tmp, "w", encoding="utf-8") as out:
         json.dump(result, out, indent=1, sort_keys=True)
     os.replace(tmp, args.out)
+    print(f"probe: {len(result['closure']['installed'])} packages, written to {args.out}", flush=True)
 
 
 if __name__ == "__main__":

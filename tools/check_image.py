@@ -151,6 +151,8 @@ def run_check_image(options: CheckImageOptions, environ: Mapping[str, str] | Non
     command = probe_command(options, image, out, environ)
     log = Path(env["KAS_BUILD_DIR"]) / "check-image.log"
     console.step(f"resolving what {image} installs, from bitbake's parse data ({kas_file})")
+    console.info("kas checks out the layers, then bitbake parses every recipe: minutes the first time, "
+                 "seconds once its cache is warm")
     try:
         process.run_logged(command, log, verbose=options.verbose)
     except process.CommandFailed as failure:
