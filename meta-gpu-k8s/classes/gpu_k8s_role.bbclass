@@ -1,6 +1,10 @@
-# The k3s role baked into the image: "server" (default) or "agent".
+# The k3s role baked into the image: "server" or "agent".
 # Select it in local.conf (or kas/include/agent.yml): GPU_K8S_K3S_ROLE = "agent"
-GPU_K8S_K3S_ROLE ??= "server"
+# A 4 GB Jetson Nano is an agent by default: the control plane (API server, datastore,
+# controllers) would take memory its GPU shares; x86-64 machines are servers.
+GPU_K8S_DEFAULT_K3S_ROLE = "server"
+GPU_K8S_DEFAULT_K3S_ROLE:tegra210 = "agent"
+GPU_K8S_K3S_ROLE ??= "${GPU_K8S_DEFAULT_K3S_ROLE}"
 
 # nooelint: oelint.task.noanonpython - a wrong role must stop the parse, not build a wrong image
 python () {

@@ -1,66 +1,113 @@
-SUMMARY = "k3s configuration for GPU nodes: docker runtime, GPU node labels"
-DESCRIPTION = "Writes /etc/rancher/k3s/config.yaml (docker as container runtime, node labels \
-that name the GPU, optional local pause image and disabled packaged components) and \
-systemd drop-ins that start k3s after docker. Holds no token or other secret."
+SUMMARY = "k3s configuration for GPU nodes: runtime, kubelet protection, node name and GPU labels"
+DESCRIPTION = "Installs k3s configuration drop-ins in /etc/rancher/k3s/config.yaml.d/ (docker or \
+k3s's containerd as the runtime, cgroup settings, kubelet reservations and eviction on small \
+boards, server add-ons, preloaded pause image, site labels) and vendor drop-ins for the k3s \
+units that derive a stable node name from the hardware and write the GPU node labels from \
+discovery at boot. Leaves /etc/rancher/k3s/config.yaml to provisioning; holds no token."
 HOMEPAGE = "https://github.com/meta-gpu-k8s/meta-gpu-k8s"
 LICENSE = "MIT"
 # nooelint: oelint.var.licenseremotefile - no upstream source: our own config files, MIT
 LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"
 
-SRC_URI = "file://config.yaml \
-           file://20-gpu-k8s.conf \
-           file://20-gpu-k8s-agent.conf \
+SRC_URI = "file://gpu-k8s-k3s-config.py \
+           file://gpu-k8s-k3s-node-name \
+           file://10-gpu-k8s-node.conf \
+           file://20-gpu-k8s-docker.conf \
 "
 
 S = "${WORKDIR}"
 
-inherit gpu_k8s_role
+inherit gpu_k8s_role python3native
 
-# Labels, pause image and disabled components depend on the machine.
+# Everything below depends on the machine.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 
-# Set GPU_K8S_NODE_LABELS in local.conf to replace the machine's default labels.
-GPU_K8S_DEFAULT_NODE_LABELS = "nvidia.com/gpu.present=true nvidia.com/gpu.discovery=auto"
-GPU_K8S_DEFAULT_NODE_LABELS:tegra = "nvidia.com/gpu.present=true nvidia.com/gpu.discovery=tegra"
-GPU_K8S_DEFAULT_NODE_LABELS:tegra210 = "nvidia.com/gpu.present=true nvidia.com/gpu.discovery=tegra \
-    nvidia.com/gpu.family=maxwell nvidia.com/gpu.product=NVIDIA-Tegra-X1 \
-    nvidia.com/gpu.compute.major=5 nvidia.com/gpu.compute.minor=3"
-GPU_K8S_DEFAULT_NODE_LABELS:qemuall = "nvidia.com/gpu.present=true nvidia.com/gpu.discovery=simulated \
-    nvidia.com/gpu.product=simulated"
-GPU_K8S_NODE_LABELS ?= "${GPU_K8S_DEFAULT_NODE_LABELS}"
+# Container runtime of the pods: "docker" (docker's default runtime, nvidia on Jetson) or
+# "containerd" (k3s's own; nvidia made its default runtime on Jetson).
+GPU_K8S_K3S_RUNTIME ?= "docker"
+
+# cgroups: the Nano's 4.9 kernel has v1 only (cgroupfs driver, kubelet told to accept v1);
+# x86-64 boots the unified hierarchy (gpu-k8s-image) with the systemd driver, as docker's
+# daemon.json there.
+GPU_K8S_CGROUP_V1 = "0"
+GPU_K8S_CGROUP_V1:tegra = "1"
+GPU_K8S_CGROUP_DRIVER = "systemd"
+GPU_K8S_CGROUP_DRIVER:tegra = "cgroupfs"
+# meta-tegra's nvidia-container-runtime is installed on Jetson only.
+GPU_K8S_NVIDIA_RUNTIME = "0"
+GPU_K8S_NVIDIA_RUNTIME:tegra = "1"
+
+# Kubelet reservations, eviction and image GC for a 4 GB Nano ("default": k3s's defaults).
+GPU_K8S_DEFAULT_KUBELET_PROFILE = "default"
+GPU_K8S_DEFAULT_KUBELET_PROFILE:tegra210 = "small-4gb"
+GPU_K8S_KUBELET_PROFILE ?= "${GPU_K8S_DEFAULT_KUBELET_PROFILE}"
+
+# Site labels (space separated key=value). GPU labels come from discovery at boot.
+GPU_K8S_NODE_LABELS ?= ""
 
 # QEMU smoke runs may have no registry access: sandbox image preloaded by gpu-k8s-preload-images,
 # and the packaged components that would pull images are off.
 GPU_K8S_DEFAULT_PAUSE_IMAGE = ""
 GPU_K8S_DEFAULT_PAUSE_IMAGE:qemuall = "localhost/gpu-k8s-pause:latest"
 GPU_K8S_K3S_PAUSE_IMAGE ?= "${GPU_K8S_DEFAULT_PAUSE_IMAGE}"
+# Server add-ons left out: QEMU (no registry), a Nano built as server (4 GB: no ingress,
+# service load balancer or metrics API; CoreDNS and local-path storage stay).
 GPU_K8S_DEFAULT_K3S_DISABLE = ""
+GPU_K8S_DEFAULT_K3S_DISABLE:tegra210 = "traefik servicelb metrics-server"
 GPU_K8S_DEFAULT_K3S_DISABLE:qemuall = "traefik servicelb metrics-server local-storage coredns"
 GPU_K8S_K3S_DISABLE ?= "${GPU_K8S_DEFAULT_K3S_DISABLE}"
+# kube-router's network policy needs ipset, which is unreliable on the 4.9 kernel: off on a Nano server.
+GPU_K8S_DEFAULT_DISABLE_NETWORK_POLICY = "0"
+GPU_K8S_DEFAULT_DISABLE_NETWORK_POLICY:tegra = "1"
+GPU_K8S_K3S_DISABLE_NETWORK_POLICY ?= "${GPU_K8S_DEFAULT_DISABLE_NETWORK_POLICY}"
+
+# k3s's airgap images tarball (no registry needed for k3s's own images): on for QEMU, off for
+# the Nano's SD card and genericx86-64 (they pull from registries). Rootfs growth: docs/layer.md.
+GPU_K8S_DEFAULT_K3S_AIRGAP_IMAGES = "0"
+GPU_K8S_DEFAULT_K3S_AIRGAP_IMAGES:qemuall = "1"
+GPU_K8S_K3S_AIRGAP_IMAGES ?= "${GPU_K8S_DEFAULT_K3S_AIRGAP_IMAGES}"
+
+K3S_CONFIG_DIR = "${sysconfdir}/rancher/k3s/config.yaml.d"
 
 do_install() {
-    install -d ${D}${sysconfdir}/rancher/k3s
-    install -m 0644 ${WORKDIR}/config.yaml ${D}${sysconfdir}/rancher/k3s/config.yaml
-    conf=${D}${sysconfdir}/rancher/k3s/config.yaml
-    printf 'node-label:\n' >> $conf
-    for label in ${GPU_K8S_NODE_LABELS}; do
-        printf '  - "%s"\n' "$label" >> $conf
-    done
-    if [ -n "${GPU_K8S_K3S_PAUSE_IMAGE}" ]; then
-        printf 'pause-image: "%s"\n' "${GPU_K8S_K3S_PAUSE_IMAGE}" >> $conf
-    fi
-    # "disable" is a server-only flag: keep it out of an agent's config.yaml.
-    if [ "${GPU_K8S_K3S_ROLE}" = "server" ] && [ -n "${GPU_K8S_K3S_DISABLE}" ]; then
-        printf 'disable:\n' >> $conf
-        for component in ${GPU_K8S_K3S_DISABLE}; do
-            printf '  - "%s"\n' "$component" >> $conf
-        done
-    fi
+    ${PYTHON} ${WORKDIR}/gpu-k8s-k3s-config.py --output-dir ${D}${K3S_CONFIG_DIR} \
+        --role "${GPU_K8S_K3S_ROLE}" \
+        --runtime "${GPU_K8S_K3S_RUNTIME}" \
+        --cgroup-driver "${GPU_K8S_CGROUP_DRIVER}" \
+        --cgroup-v1 "${GPU_K8S_CGROUP_V1}" \
+        --nvidia-runtime "${GPU_K8S_NVIDIA_RUNTIME}" \
+        --kubelet-profile "${GPU_K8S_KUBELET_PROFILE}" \
+        --disable "${GPU_K8S_K3S_DISABLE}" \
+        --disable-network-policy "${GPU_K8S_K3S_DISABLE_NETWORK_POLICY}" \
+        --pause-image "${GPU_K8S_K3S_PAUSE_IMAGE}" \
+        --node-labels "${GPU_K8S_NODE_LABELS}"
 
-    install -d ${D}${sysconfdir}/systemd/system/k3s.service.d ${D}${sysconfdir}/systemd/system/k3s-agent.service.d
-    install -m 0644 ${WORKDIR}/20-gpu-k8s.conf ${D}${sysconfdir}/systemd/system/k3s.service.d/
-    install -m 0644 ${WORKDIR}/20-gpu-k8s.conf ${D}${sysconfdir}/systemd/system/k3s-agent.service.d/
-    install -m 0644 ${WORKDIR}/20-gpu-k8s-agent.conf ${D}${sysconfdir}/systemd/system/k3s-agent.service.d/
+    install -d ${D}${libexecdir}/gpu-k8s
+    install -m 0755 ${WORKDIR}/gpu-k8s-k3s-node-name ${D}${libexecdir}/gpu-k8s/
+
+    # Vendor drop-ins belong beside the units, not in /etc/systemd/system (the admin's).
+    for unit in k3s k3s-agent; do
+        dir=${D}${systemd_system_unitdir}/$unit.service.d
+        install -d $dir
+        install -m 0644 ${WORKDIR}/10-gpu-k8s-node.conf $dir/
+        sed -i -e 's#@LIBEXECDIR@#${libexecdir}#g' -e 's#@BINDIR@#${bindir}#g' \
+            -e 's#@SYSCONFDIR@#${sysconfdir}#g' $dir/10-gpu-k8s-node.conf
+        if [ "${GPU_K8S_K3S_RUNTIME}" = "docker" ]; then
+            install -m 0644 ${WORKDIR}/20-gpu-k8s-docker.conf $dir/
+        fi
+    done
 }
 
-CONFFILES:${PN} = "${sysconfdir}/rancher/k3s/config.yaml"
+FILES:${PN} += "${systemd_system_unitdir}/k3s.service.d ${systemd_system_unitdir}/k3s-agent.service.d"
+
+RDEPENDS:${PN} = "${@'k3s-airgap-images' if d.getVar('GPU_K8S_K3S_AIRGAP_IMAGES') == '1' else ''}"
+RDEPENDS:${PN}:append = "${@' docker' if d.getVar('GPU_K8S_K3S_RUNTIME') == 'docker' else ''}"
+
+# nooelint: oelint.task.noanonpython - a wrong knob must stop the parse, not build a wrong image
+python () {
+    for var, allowed in (('GPU_K8S_K3S_RUNTIME', ('docker', 'containerd')),
+                         ('GPU_K8S_K3S_AIRGAP_IMAGES', ('0', '1'))):
+        value = d.getVar(var)
+        if value not in allowed:
+            bb.fatal('%s must be one of %s, got "%s" (set it in local.conf)' % (var, ', '.join(allowed), value))
+}

@@ -1,6 +1,2 @@
-# /etc/docker/daemon.json belongs to gpu-k8s-docker-config (nvidia as the default runtime);
-# drop this recipe's copy so both packages can be installed together.
-do_install:append() {
-    rm -f ${D}${sysconfdir}/docker/daemon.json
-    rmdir --ignore-fail-on-non-empty ${D}${sysconfdir}/docker
-}
+# Changes nvidia-docker only when DISTRO_FEATURES has "gpu-k8s" (classes/gpu_k8s_nvidia_docker.bbclass).
+inherit ${@bb.utils.contains('DISTRO_FEATURES', 'gpu-k8s', 'gpu_k8s_nvidia_docker', '', d)}

@@ -1,5 +1,2 @@
-# linux-tegra has no kernel-cache (kmeta), so meta-virtualization's docker/kubernetes
-# features never reach it: the options docker and k3s need come from this fragment.
-FILESEXTRAPATHS:prepend := "${THISDIR}/linux-tegra:"
-
-SRC_URI += "file://gpu-k8s-containers.cfg"
+# Changes linux-tegra only when DISTRO_FEATURES has "gpu-k8s" (classes/gpu_k8s_linux_tegra.bbclass).
+inherit ${@bb.utils.contains('DISTRO_FEATURES', 'gpu-k8s', 'gpu_k8s_linux_tegra', '', d)}
