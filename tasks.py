@@ -220,6 +220,7 @@ def flash(
         "no-kvm": "software emulation (TCG), no KVM probe (default: KVM when a short probe boot under it works)",
         "kvm": "use KVM without probing it first (fails if KVM does not work here)",
         "kvm-probe-timeout": "seconds the KVM probe boot may take before TCG is used instead (default 20)",
+        "runtime": "auto (read the node's k3s config), docker or containerd: the pod runtime the node must use",
     }
 )
 def smoke_test(
@@ -240,6 +241,7 @@ def smoke_test(
     no_kvm: bool = False,
     kvm: bool = False,
     kvm_probe_timeout: str = str(int(smoke_module.qemu.KVM_PROBE_TIMEOUT_S)),
+    runtime: str = "auto",
 ) -> None:
     """Boot the QEMU image (or reach a board over SSH) and check it is a working GPU node.
 
@@ -253,6 +255,9 @@ def smoke_test(
         raise Exit(code=2)
     if kvm and no_kvm:
         console.error("--kvm and --no-kvm exclude each other")
+        raise Exit(code=2)
+    if runtime not in ("auto", *smoke_module.RUNTIMES):
+        console.error(f"--runtime must be auto, docker or containerd, got {runtime!r}")
         raise Exit(code=2)
     options = smoke_module.SmokeOptions(
         image=_optional_path(image),
@@ -270,6 +275,7 @@ def smoke_test(
         checks_timeout_s=_whole_number("checks-timeout", checks_timeout, minimum=1),
         kvm=False if no_kvm else (True if kvm else None),
         kvm_probe_timeout_s=_whole_number("kvm-probe-timeout", kvm_probe_timeout, minimum=1),
+        runtime=None if runtime == "auto" else runtime,
     )
     try:
         smoke_module.run_smoke_test(options)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import configparser
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -27,6 +29,10 @@ SMOKE_IMAGE = "localhost/gpu-k8s-smoke:latest"
 POD_LABEL = "gpu-k8s-smoke"
 INSUFFICIENT = f"Insufficient {GPU_RESOURCE}"
 KUBECONFIG = "/etc/rancher/k3s/k3s.yaml"
+# k3s runs pods through docker ("docker: true" in one of its config files, the layer's
+# default) or through its own containerd; the checks differ only where the runtime does.
+RUNTIMES = ("docker", "containerd")
+K3S_CONFIG_FILES = "/etc/rancher/k3s/config.yaml /etc/rancher/k3s/config.yaml.d/*.yaml"
 
 
 class SmokeTestError(Exception):
@@ -105,7 +111,33 @@ def gpu_pod_manifest(name: str, sleep_s: int) -> str:
     return json.dumps(pod, indent=1)
 
 
-# --- pure readers of kubectl's JSON -------------------------------------------------
+# --- pure readers of the node's files and kubectl's JSON ----------------------------
+
+
+def runtime_from_config(text: str) -> str:
+    """The runtime k3s uses, from the concatenated text of its config files."""
+    docker = any(re.fullmatch(r"docker:\s*true\s*", line) for line in text.splitlines())
+    return "docker" if docker else "containerd"
+
+
+def units_for_runtime(units: tuple[str, ...], runtime: str) -> tuple[str, ...]:
+    """docker must be running only when k3s runs its pods through it."""
+    return units if runtime == "docker" else tuple(u for u in units if u != "docker")
+
+
+def image_kernel_args(rootfs: Path) -> str:
+    """The kernel arguments the image asks QEMU for (QB_KERNEL_CMDLINE_APPEND in the
+    qemuboot.conf bitbake writes beside it, e.g. the unified cgroup hierarchy); "" if none."""
+    stem = re.sub(r"(\.rootfs)?\.ext4$", "", rootfs.name)
+    conf_path = rootfs.with_name(stem + ".qemuboot.conf")
+    if not conf_path.is_file():
+        return ""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(conf_path)
+    except configparser.Error as error:
+        raise SmokeTestError(f"{conf_path} is not a qemuboot.conf: {error}") from None
+    return " ".join(parser.get("config_bsp", "qb_kernel_cmdline_append", fallback="").split())
 
 
 def parse_unit_states(output: str, units: tuple[str, ...] = UNITS) -> dict[str, str]:
@@ -120,6 +152,7 @@ class NodeStatus:
     ready: bool
     gpus_allocatable: int
     gpus_capacity: int
+    runtime_version: str = ""  # e.g. docker://20.10.25, containerd://2.3.4-k3s1.36
 
 
 def parse_nodes(output: str) -> list[NodeStatus]:
@@ -135,6 +168,7 @@ def parse_nodes(output: str) -> list[NodeStatus]:
                 ready=ready,
                 gpus_allocatable=int(status.get("allocatable", {}).get(GPU_RESOURCE, 0)),
                 gpus_capacity=int(status.get("capacity", {}).get(GPU_RESOURCE, 0)),
+                runtime_version=status.get("nodeInfo", {}).get("containerRuntimeVersion", ""),
             )
         )
     return nodes
@@ -180,6 +214,7 @@ class CheckSettings:
     node_timeout_s: float = 300
     pod_timeout_s: float = 180
     poll_s: float = 3.0
+    runtime: str | None = None  # None: read it from the node's k3s config
 
 
 class CheckFailed(Exception):
@@ -194,6 +229,16 @@ class SmokeChecks:
     settings: CheckSettings = field(default_factory=CheckSettings)
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    runtime: str | None = None  # set by check_units
+
+    def node_runtime(self) -> str:
+        """The runtime the node's k3s uses: forced by the settings, else from its config files."""
+        if self.runtime is None:
+            self.runtime = self.settings.runtime
+        if self.runtime is None:
+            config = self._run(f"cat {K3S_CONFIG_FILES} 2>/dev/null; true").stdout
+            self.runtime = runtime_from_config(config)
+        return self.runtime
 
     def _poll(self, probe: Callable[[], tuple[bool, str]], timeout_s: float) -> str:
         """Call probe until it reports done; CheckFailed with its last word on timeout."""
@@ -233,12 +278,14 @@ class SmokeChecks:
         return "ssh works"
 
     def check_units(self) -> str:
+        runtime = self.node_runtime()
+        units = units_for_runtime(self.settings.units, runtime)
+
         def probe() -> tuple[bool, str]:
-            units = self.settings.units
             result = self._run("systemctl is-active " + " ".join(units))
             states = parse_unit_states(result.stdout, units)
             described = ", ".join(f"{unit} {state}" for unit, state in states.items())
-            return all(state == "active" for state in states.values()), described
+            return all(state == "active" for state in states.values()), f"{described} (runtime {runtime})"
 
         try:
             return self._poll(probe, self.settings.units_timeout_s)
@@ -252,7 +299,13 @@ class SmokeChecks:
                 return False, "no node registered yet"
             return all(n.ready for n in nodes), ", ".join(f"{n.name} ready={n.ready}" for n in nodes)
 
-        return self._poll(probe, self.settings.node_timeout_s)
+        detail = self._poll(probe, self.settings.node_timeout_s)
+        runtime = self.node_runtime()
+        for node in parse_nodes(self._kubectl_json("get nodes")):
+            if node.runtime_version and not node.runtime_version.startswith(f"{runtime}://"):
+                raise CheckFailed(f"{node.name} runs pods through {node.runtime_version}, but k3s's config "
+                                  f"says {runtime} (look at /etc/rancher/k3s/config.yaml.d/)")
+        return f"{detail}, pods through {runtime}"
 
     def check_gpus_advertised(self) -> str:
         expected = self.settings.expected_gpus
@@ -324,7 +377,7 @@ class SmokeChecks:
         gpus = self.settings.expected_gpus
         return [
             ("ssh login", self.check_login),
-            ("units active: " + ", ".join(self.settings.units), self.check_units),
+            ("units active: " + ", ".join(self.settings.units) + " (docker only in docker mode)", self.check_units),
             ("node Ready", self.check_node_ready),
             (f"node advertises {GPU_RESOURCE}: {gpus}", self.check_gpus_advertised),
             ("a GPU pod runs to completion", self.check_single_pod),
@@ -377,6 +430,7 @@ class SmokeOptions:
     kvm: bool | None = None  # None: KVM when /dev/kvm is usable and a probe boot works
     kvm_probe_timeout_s: float = qemu.KVM_PROBE_TIMEOUT_S
     nic_model: str = "virtio-net-pci"
+    runtime: str | None = None  # docker / containerd; None: read from the node's k3s config
 
 
 def find_qemu_image(environ: Mapping[str, str]) -> tuple[Path, Path]:
@@ -440,9 +494,12 @@ def run_smoke_test(
     """Boot (unless --host), run every check, print the report. Raises SmokeTestError
     when anything failed; QEMU is stopped on every path."""
     environ = os.environ if environ is None else environ
+    if options.runtime is not None and options.runtime not in RUNTIMES:
+        raise SmokeTestError(f"--runtime must be auto, {' or '.join(RUNTIMES)}, got {options.runtime!r}")
     base = settings or CheckSettings(pod_sleep_s=options.pod_sleep_s,
                                      units_timeout_s=options.checks_timeout_s,
-                                     node_timeout_s=options.checks_timeout_s)
+                                     node_timeout_s=options.checks_timeout_s,
+                                     runtime=options.runtime)
     if options.host:
         expected = options.expected_gpus if options.expected_gpus is not None else 1
         checks = SmokeChecks(SshTarget(options.host, options.ssh_port, options.identity),
@@ -482,7 +539,7 @@ def run_smoke_test(
             memory_mib=options.memory_mib,
             kvm=accelerator.kvm,
             initrd=options.initrd,
-            extra_kernel_args=options.kernel_args,
+            extra_kernel_args=" ".join(filter(None, (image_kernel_args(rootfs), options.kernel_args))),
             nic_model=options.nic_model,
         )
         try:

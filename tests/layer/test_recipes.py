@@ -152,74 +152,19 @@ def test_docker_config_pulls_the_nvidia_runtime_on_jetson():
 def test_nvidia_docker_no_longer_ships_a_competing_daemon_json():
     appends = list(TEGRA.rglob("nvidia-docker_*.bbappend"))
     assert appends, "nvidia-docker installs /etc/docker/daemon.json too: needs a bbappend"
-    body = parse(appends[0]).tasks["do_install:append"]
+    assert "'gpu-k8s', 'gpu_k8s_nvidia_docker'" in appends[0].read_text()
+    body = parse(LAYER / "classes/gpu_k8s_nvidia_docker.bbclass").tasks["do_install:append"]
     assert "rm -f ${D}${sysconfdir}/docker/daemon.json" in body
 
 
-def test_docker_and_kubelet_use_the_same_cgroup_driver():
-    k3s = yaml.safe_load((K3S_DIR / "files/config.yaml").read_text())
-    kubelet = dict(arg.split("=", 1) for arg in k3s["kubelet-arg"])
-    for override_dir in ("", "tegra"):
-        opts = dict(o.split("=", 1) for o in daemon_json(override_dir)["exec-opts"])
-        assert opts["native.cgroupdriver"] == kubelet["cgroup-driver"]
+# ---------------------------------------------------------------- k3s (more in test_k3s_*.py)
 
 
-# ---------------------------------------------------------------- k3s
-
-
-def test_k3s_config_runs_pods_through_docker():
-    conf = yaml.safe_load((K3S_DIR / "files/config.yaml").read_text())
-    assert conf["docker"] is True
-
-
-def test_k3s_config_holds_no_token_or_secret():
-    credential = re.compile(r"token|secret|^server$|^agent-token$", re.I)
-    conf = yaml.safe_load((K3S_DIR / "files/config.yaml").read_text())
-    assert not [k for k in conf if credential.search(k)], f"credential keys in config.yaml: {list(conf)}"
-    bb = parse(K3S_DIR / "gpu-k8s-k3s-config_1.0.bb")
-    written = re.findall(r"printf '([a-z-]+):", bb.tasks["do_install"])
-    assert written, "do_install should append keys to config.yaml"
-    assert not [k for k in written if credential.search(k)], f"do_install writes credential keys: {written}"
-    assert not [a.var for a in bb.assignments if re.search(r"TOKEN|SECRET", a.var)]
-    for unit in (K3S_DIR / "files").glob("*.conf"):
-        assert not re.search(r"^Environment=.*K3S_(TOKEN|URL)", unit.read_text(), re.M), unit.name
-
-
-def test_k3s_node_labels_name_the_gpu_per_machine():
-    bb = parse(K3S_DIR / "gpu-k8s-k3s-config_1.0.bb")
-    for override in ((), ("tegra",), ("tegra210",), ("qemuall",)):
-        labels = dict(w.split("=", 1) for w in bb.words("GPU_K8S_DEFAULT_NODE_LABELS", *override))
-        assert labels.get("nvidia.com/gpu.present") == "true", f"{override}: gpu.present label"
-    nano = dict(w.split("=", 1) for w in bb.words("GPU_K8S_DEFAULT_NODE_LABELS", "tegra210"))
-    assert nano["nvidia.com/gpu.family"] == "maxwell"
-    assert "node-label" in bb.tasks["do_install"]
-
-
-def test_k3s_in_qemu_pulls_nothing_from_a_registry():
-    bb = parse(K3S_DIR / "gpu-k8s-k3s-config_1.0.bb")
-    disabled = set(bb.words("GPU_K8S_DEFAULT_K3S_DISABLE", "qemuall"))
-    assert {"traefik", "servicelb", "metrics-server", "local-storage"} <= disabled
-    pause = bb.value("GPU_K8S_DEFAULT_PAUSE_IMAGE", "qemuall")
-    script = (PRELOAD_DIR / "files/gpu-k8s-preload-images.sh").read_text()
-    assert re.search(rf"import_image {re.escape(pause)}\b", script), "pause image is not preloaded"
-    assert "import_image localhost/gpu-k8s-smoke:latest" in script
-    assert "pause-image" in bb.tasks["do_install"]
-
-
-def test_k3s_starts_after_docker_and_after_the_preloaded_images():
-    dropin = configparser.ConfigParser()
-    dropin.read(K3S_DIR / "files/20-gpu-k8s.conf")
-    assert "docker.service" in dropin["Unit"]["After"]
-    unit = configparser.ConfigParser()
-    unit.read(PRELOAD_DIR / "files/gpu-k8s-preload-images.service")
-    assert {"k3s.service", "k3s-agent.service"} <= set(unit["Unit"]["Before"].split())
-    assert "docker.service" in unit["Unit"]["After"]
-
-
-def test_k3s_role_is_server_by_default_and_agent_selectable():
+def test_k3s_role_default_per_machine_and_agent_selectable():
     role_class = parse(LAYER / "classes/gpu_k8s_role.bbclass")
-    assert role_class.values("GPU_K8S_K3S_ROLE")[-1].value == "server"
     assert role_class.values("GPU_K8S_K3S_ROLE")[-1].op == "??=", "local.conf must be able to override it"
+    assert role_class.value("GPU_K8S_DEFAULT_K3S_ROLE") == "server"
+    assert role_class.value("GPU_K8S_DEFAULT_K3S_ROLE", "tegra210") == "agent"
     group = parse(LAYER / "recipes-core/packagegroups/packagegroup-gpu-k8s.bb")
     choose = group.value("GPU_K8S_K3S_PACKAGE")
     assert "'k3s-agent' if" in choose and "'k3s-server'" in choose
@@ -276,71 +221,3 @@ def test_smoke_container_has_a_shell_and_sleep():
     assert preload.value("GPU_K8S_CONTAINER_IMAGE") == "gpu-k8s-smoke-container"
     depends = [a.value for a in preload.values("do_install") if a.flag == "[depends]"]
     assert depends == ["${GPU_K8S_CONTAINER_IMAGE}:do_image_complete"]
-
-
-# ---------------------------------------------------------------- kernel
-
-REQUIRED_KERNEL_OPTIONS = {
-    # netfilter, NAT, xt matches, iptables raw table
-    "NETFILTER",
-    "NF_CONNTRACK",
-    "NF_NAT",
-    "IP_NF_IPTABLES",
-    "IP_NF_FILTER",
-    "IP_NF_NAT",
-    "IP_NF_RAW",
-    "IP_NF_TARGET_MASQUERADE",
-    "NETFILTER_XT_MATCH_ADDRTYPE",
-    "NETFILTER_XT_MATCH_CONNTRACK",
-    "NETFILTER_XT_MATCH_MULTIPORT",
-    "NETFILTER_XT_MATCH_COMMENT",
-    "NETFILTER_XT_MARK",
-    "NETFILTER_XT_MATCH_STATISTIC",
-    "NETFILTER_XT_MATCH_PHYSDEV",
-    # bridge netfilter, VXLAN, veth
-    "BRIDGE",
-    "BRIDGE_NETFILTER",
-    "VXLAN",
-    "VETH",
-    # overlayfs, namespaces, cgroups
-    "OVERLAY_FS",
-    "NAMESPACES",
-    "NET_NS",
-    "PID_NS",
-    "IPC_NS",
-    "UTS_NS",
-    "CGROUPS",
-    "MEMCG",
-    "CPUSETS",
-    "CGROUP_DEVICE",
-    "CGROUP_PIDS",
-    "CGROUP_FREEZER",
-    # IPVS, ipset
-    "IP_VS",
-    "IP_VS_RR",
-    "IP_SET",
-}
-
-
-def kernel_fragment():
-    options = {}
-    fragment = TEGRA / "recipes-kernel/linux/linux-tegra/gpu-k8s-containers.cfg"
-    for n, line in enumerate(fragment.read_text().splitlines(), 1):
-        m = re.fullmatch(r"CONFIG_([A-Z0-9_]+)=(.+)", line.strip())
-        if m:
-            assert m.group(1) not in options, f"CONFIG_{m.group(1)} set twice (line {n})"
-            options[m.group(1)] = m.group(2)
-    return options
-
-
-def test_kernel_fragment_enables_what_docker_and_k3s_need():
-    options = kernel_fragment()
-    missing = {o for o in REQUIRED_KERNEL_OPTIONS if options.get(o) not in ("y", "m")}
-    assert not missing, f"linux-tegra fragment lacks {sorted(missing)}"
-
-
-def test_kernel_fragment_is_applied_to_linux_tegra():
-    append = TEGRA / "recipes-kernel/linux/linux-tegra_%.bbappend"
-    bb = parse(append)
-    assert "file://gpu-k8s-containers.cfg" in bb.words("SRC_URI")
-    assert bb.value("FILESEXTRAPATHS", "prepend") == "${THISDIR}/linux-tegra:"

@@ -3,6 +3,7 @@ systemctl and kubectl play a one-node k3s cluster with a scheduler that counts G
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -60,6 +61,7 @@ if argv[:2] == ['apply', '-f']:
 elif argv[:2] == ['get', 'nodes']:
     out = json.dumps({'items': [{'metadata': {'name': 'qemux86-64'}, 'status': {
         'conditions': [{'type': 'Ready', 'status': 'True'}],
+        'nodeInfo': {'containerRuntimeVersion': node.get('runtime_version', '')},
         'capacity': {'nvidia.com/gpu': str(node['gpus_advertised'])},
         'allocatable': {'nvidia.com/gpu': str(node['gpus_advertised'])}}}]})
 elif argv[:2] == ['get', 'pods']:
@@ -87,9 +89,11 @@ def node(stand_ins):
     stand_ins.add("systemctl", SYSTEMCTL)
     stand_ins.add("kubectl", KUBECTL)
 
-    def configure(units: dict[str, str] | None = None, advertised: int = 2, schedulable: int | None = None) -> None:
+    def configure(units: dict[str, str] | None = None, advertised: int = 2, schedulable: int | None = None,
+                  runtime_version: str = "") -> None:
         state = {
             "units": units or {unit: "active" for unit in smoke_test.UNITS},
+            "runtime_version": runtime_version,
             "gpus_advertised": advertised,
             "gpus_schedulable": advertised if schedulable is None else schedulable,
             "pods": {},
@@ -172,3 +176,72 @@ def test_unit_states_are_read_in_order_and_missing_ones_are_unknown() -> None:
         "k3s": "activating",
         "gpu-device-plugin": "unknown",
     }
+
+
+# ---------------------------------------------------------------- docker or containerd
+
+
+def test_runtime_is_read_from_any_k3s_config_file() -> None:
+    assert smoke_test.runtime_from_config("# config.yaml\nnode-name: a\n# 10-gpu-k8s-runtime.yaml\ndocker: true\n") \
+        == "docker"
+    assert smoke_test.runtime_from_config("default-runtime: \"nvidia\"\n# docker: true\n") == "containerd"
+    assert smoke_test.runtime_from_config("") == "containerd", "k3s's default"
+
+
+def test_docker_must_run_only_in_docker_mode() -> None:
+    assert smoke_test.units_for_runtime(smoke_test.UNITS, "docker") == smoke_test.UNITS
+    assert smoke_test.units_for_runtime(smoke_test.QEMU_UNITS, "containerd") == (
+        "k3s", "gpu-device-plugin", "gpu-k8s-preload-images")
+
+
+@pytest.mark.parametrize(("runtime", "version"), [("docker", "docker://20.10.25"),
+                                                  ("containerd", "containerd://2.3.4-k3s1.36")])
+def test_both_runtimes_pass_with_what_differs_checked(node, runtime, version) -> None:
+    units = {unit: "active" for unit in smoke_test.UNITS}
+    if runtime == "containerd":
+        units["docker"] = "inactive"  # not needed by k3s's containerd
+    node(units=units, runtime_version=version)
+    results = run_against_board(dataclasses.replace(FAST, runtime=runtime))
+    assert [r.passed for r in results] == [True] * 8
+    assert f"runtime {runtime}" in results[1].detail and f"pods through {runtime}" in results[2].detail
+
+
+def test_docker_mode_needs_docker_running(node) -> None:
+    node(units={"docker": "inactive", "k3s": "active", "gpu-device-plugin": "active"})
+    with pytest.raises(smoke_test.SmokeTestError, match="docker inactive"):
+        run_against_board(dataclasses.replace(FAST, runtime="docker"))
+
+
+def test_node_on_another_runtime_than_its_config_says_fails(node) -> None:
+    node(runtime_version="containerd://2.3.4-k3s1.36")
+    with pytest.raises(smoke_test.SmokeTestError, match="runs pods through containerd://.*config says docker"):
+        run_against_board(dataclasses.replace(FAST, runtime="docker"))
+
+
+def test_runtime_is_detected_on_the_node_when_not_given(node, stand_ins, tmp_path, monkeypatch) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("docker: true\n")
+    monkeypatch.setattr(smoke_test, "K3S_CONFIG_FILES", str(config))
+    node(runtime_version="docker://20.10.25")
+    results = run_against_board()
+    assert "runtime docker" in results[1].detail
+    assert any("cat " + str(config) in " ".join(call["argv"]) for call in stand_ins.calls("ssh"))
+
+
+def test_unknown_runtime_option_is_refused_before_anything_runs(node, stand_ins) -> None:
+    options = smoke_test.SmokeOptions(host="root@192.0.2.10", runtime="cri-o")
+    with pytest.raises(smoke_test.SmokeTestError, match="--runtime must be auto, docker or containerd"):
+        smoke_test.run_smoke_test(options, environ={})
+    assert not stand_ins.calls("ssh")
+
+
+def test_qemu_gets_the_kernel_arguments_the_image_asks_for(tmp_path) -> None:
+    rootfs = tmp_path / "gpu-k8s-image-dev-qemux86-64.rootfs.ext4"
+    rootfs.write_bytes(b"")
+    assert smoke_test.image_kernel_args(rootfs) == ""
+    (tmp_path / "gpu-k8s-image-dev-qemux86-64.qemuboot.conf").write_text(
+        "[config_bsp]\nqb_mem = -m 4096\nqb_kernel_cmdline_append =  systemd.unified_cgroup_hierarchy=1\n")
+    assert smoke_test.image_kernel_args(rootfs) == "systemd.unified_cgroup_hierarchy=1"
+    (tmp_path / "gpu-k8s-image-dev-qemux86-64.qemuboot.conf").write_text("not an ini file\n")
+    with pytest.raises(smoke_test.SmokeTestError, match="not a qemuboot.conf"):
+        smoke_test.image_kernel_args(rootfs)

@@ -1,4 +1,4 @@
-SUMMARY = "k3s configuration for GPU nodes: runtime, kubelet protection, node name and GPU labels"
+SUMMARY = "k3s configuration drop-ins and unit drop-ins for GPU nodes"
 DESCRIPTION = "Installs k3s configuration drop-ins in /etc/rancher/k3s/config.yaml.d/ (docker or \
 k3s's containerd as the runtime, cgroup settings, kubelet reservations and eviction on small \
 boards, server add-ons, preloaded pause image, site labels) and vendor drop-ins for the k3s \
@@ -65,6 +65,7 @@ GPU_K8S_K3S_DISABLE_NETWORK_POLICY ?= "${GPU_K8S_DEFAULT_DISABLE_NETWORK_POLICY}
 # the Nano's SD card and genericx86-64 (they pull from registries). Rootfs growth: docs/layer.md.
 GPU_K8S_DEFAULT_K3S_AIRGAP_IMAGES = "0"
 GPU_K8S_DEFAULT_K3S_AIRGAP_IMAGES:qemuall = "1"
+# nooelint: oelint.vars.mispell.unknown - our own knob, documented in docs/layer.md
 GPU_K8S_K3S_AIRGAP_IMAGES ?= "${GPU_K8S_DEFAULT_K3S_AIRGAP_IMAGES}"
 
 K3S_CONFIG_DIR = "${sysconfdir}/rancher/k3s/config.yaml.d"
@@ -100,8 +101,8 @@ do_install() {
 
 FILES:${PN} += "${systemd_system_unitdir}/k3s.service.d ${systemd_system_unitdir}/k3s-agent.service.d"
 
-RDEPENDS:${PN} = "${@'k3s-airgap-images' if d.getVar('GPU_K8S_K3S_AIRGAP_IMAGES') == '1' else ''}"
-RDEPENDS:${PN}:append = "${@' docker' if d.getVar('GPU_K8S_K3S_RUNTIME') == 'docker' else ''}"
+RDEPENDS:${PN} = "${@'k3s-airgap-images' if d.getVar('GPU_K8S_K3S_AIRGAP_IMAGES') == '1' else ''} \
+                  ${@'docker' if d.getVar('GPU_K8S_K3S_RUNTIME') == 'docker' else ''}"
 
 # nooelint: oelint.task.noanonpython - a wrong knob must stop the parse, not build a wrong image
 python () {

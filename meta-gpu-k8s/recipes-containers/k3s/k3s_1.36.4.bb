@@ -51,8 +51,8 @@ do_install() {
 }
 
 PACKAGES =+ "${PN}-server ${PN}-agent"
-FILES:${PN}-server = "${systemd_system_unitdir}/k3s.service"
-FILES:${PN}-agent = "${systemd_system_unitdir}/k3s-agent.service ${libexecdir}/k3s/k3s-agent-configured"
+FILES:${PN}-server += "${systemd_system_unitdir}/k3s.service"
+FILES:${PN}-agent += "${systemd_system_unitdir}/k3s-agent.service ${libexecdir}/k3s/k3s-agent-configured"
 FILES:${PN} += "${bindir}/k3s ${bindir}/kubectl ${bindir}/crictl"
 
 SYSTEMD_PACKAGES = "${PN}-server ${PN}-agent"
@@ -66,7 +66,6 @@ RDEPENDS:${PN}-server = "${PN}"
 RDEPENDS:${PN}-agent = "${PN}"
 # The units run modprobe; iptables: k3s prefers the host's (legacy) iptables, as docker does.
 RDEPENDS:${PN} = "iptables kmod"
-RCONFLICTS:${PN} = "kubectl"
 
 # Kernel modules k3s loads (modular kernels, x86-64); built-in options need no package.
 # Kept equal to x86_64_kernel_modules in k3s-kernel-requirements.yaml (a layer test checks it).
@@ -92,7 +91,9 @@ RRECOMMENDS:${PN} = " \
     kernel-module-xt-statistic \
 "
 
-# A prebuilt, statically linked Go binary: nothing to strip, no build flags to check.
+RCONFLICTS:${PN} = "kubectl"
+
+# A prebuilt, statically linked and stripped Go binary: nothing to strip or split
+# (with both set, the already-stripped check does not run; no symbols, so no ldflags finding).
 INHIBIT_PACKAGE_STRIP = "1"
 INHIBIT_PACKAGE_DEBUG_SPLIT = "1"
-INSANE_SKIP:${PN} += "already-stripped ldflags"
