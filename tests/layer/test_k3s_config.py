@@ -221,8 +221,10 @@ def test_node_name_and_gpu_labels_are_derived_at_boot_and_never_stop_k3s():
     assert pre[0] == "-@LIBEXECDIR@/gpu-k8s/gpu-k8s-k3s-node-name"
     assert conf["EnvironmentFile"] == "-/run/gpu-k8s/k3s-node.env"
     labels = pre[1].split()
-    assert labels[:3] == ["-@BINDIR@/gpu-device-plugin", "node-labels", "--output"]
-    output = labels[3]
+    assert labels[:2] == ["-@BINDIR@/gpu-device-plugin", "node-labels"]
+    options = dict(zip(labels[2::2], labels[3::2], strict=True))
+    assert options["--config-file"] == "@SYSCONFDIR@/gpu-device-plugin/config.yaml", "the discovery the plugin uses"
+    output = options["--output"]
     assert re.fullmatch(r"@SYSCONFDIR@/rancher/k3s/config\.yaml\.d/\d\d-gpu-k8s-gpu-labels\.yaml", output)
     # It sorts after every drop-in the recipe renders, so its node-label+ adds to theirs.
     assert output.rsplit("/", 1)[1] > "50-gpu-k8s-labels.yaml"
@@ -233,3 +235,4 @@ def test_docker_ordering_drop_in_only_in_docker_mode():
     assert conf["After"] == "docker.service" and conf["Wants"] == "docker.service"
     install = parse(CONFIG_RECIPE).tasks["do_install"]
     assert 'if [ "${GPU_K8S_K3S_RUNTIME}" = "docker" ]; then' in install
+

@@ -3,10 +3,12 @@ Jetson Nano fixture plus the files the image installs (daemon.json, k3s config.y
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -30,8 +32,25 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 LAYER = REPO / "meta-gpu-k8s"
 TEGRA_DAEMON_JSON = LAYER / "recipes-containers/gpu-k8s-docker-config/files/tegra/daemon.json"
 X86_DAEMON_JSON = LAYER / "recipes-containers/gpu-k8s-docker-config/files/daemon.json"
-K3S_CONFIG_YAML = LAYER / "recipes-containers/gpu-k8s-k3s-config/files/config.yaml"
+# The image's k3s config is rendered per machine by the recipe's own renderer (stdlib only).
+K3S_CONFIG_RENDERER = LAYER / "recipes-containers/gpu-k8s-k3s-config/files/gpu-k8s-k3s-config.py"
 TEGRA_PLUGIN_YAML = LAYER / "recipes-plugin/gpu-device-plugin/files/tegra/gpu-device-plugin.yaml"
+
+RUNTIME_DROP_IN = "etc/rancher/k3s/config.yaml.d/10-gpu-k8s-runtime.yaml"
+
+
+def write_image_k3s_config(root: Path, tegra: bool) -> None:
+    """The drop-ins the image installs in /etc/rancher/k3s/config.yaml.d/ (docker mode)."""
+    spec = importlib.util.spec_from_file_location("gpu_k8s_k3s_config", K3S_CONFIG_RENDERER)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    knobs = module.Knobs(cgroup_driver="cgroupfs", cgroup_v1=True, nvidia_runtime=True, role="agent",
+                         kubelet_profile="small-4gb") if tegra else module.Knobs()
+    for name, text in module.render(knobs).items():
+        write(root, f"/etc/rancher/k3s/config.yaml.d/{name}", text)
+
+
 SET_DEFAULT_RUNTIME = 'set "default-runtime": "nvidia" in /etc/docker/daemon.json and restart docker'
 
 L4T_CSV = """dev, /dev/nvhost-ctrl
@@ -105,7 +124,7 @@ def nano(tmp_path: Path, socket_dir: str) -> Iterator[Node]:
     root = tmp_path / "root"
     shutil.copytree(FIXTURES / "jetson-nano", root)
     write(root, "/etc/docker/daemon.json", TEGRA_DAEMON_JSON.read_text())
-    write(root, "/etc/rancher/k3s/config.yaml", K3S_CONFIG_YAML.read_text())
+    write_image_k3s_config(root, tegra=True)
     write(root, "/usr/bin/nvidia-container-runtime", "#!/bin/sh\n", mode=0o755)
     write(root, "/etc/nvidia-container-runtime/host-files-for-container.d/l4t.csv", L4T_CSV)
     write(root, "/etc/nvidia-container-runtime/host-files-for-container.d/cuda.csv",
@@ -226,7 +245,7 @@ def test_kubelet_socket_path_that_is_a_plain_file_fails(nano: Node, tmp_path: Pa
 def test_simulated_node_skips_the_runtime_checks(tmp_path: Path, socket_dir: str) -> None:
     root = tmp_path / "root"
     write(root, "/etc/docker/daemon.json", X86_DAEMON_JSON.read_text())  # no nvidia runtime at all
-    write(root, "/etc/rancher/k3s/config.yaml", K3S_CONFIG_YAML.read_text())
+    write_image_k3s_config(root, tegra=False)
     settings = Settings(host_root=str(root), kubelet_socket=os.path.join(socket_dir, "kubelet.sock"),
                         device_discovery_strategy="simulated", simulated_gpus=2)
     got = by_name(run_checks(settings))
@@ -247,6 +266,7 @@ def test_simulated_node_with_broken_daemon_json_still_fails(tmp_path: Path, sock
 
 
 def test_k3s_without_docker_or_default_runtime_warns_with_runtimeclass_fix(nano: Node) -> None:
+    (nano.root / RUNTIME_DROP_IN).unlink()  # the image's docker-mode drop-in would win over config.yaml
     write(nano.root, "/etc/rancher/k3s/config.yaml", 'node-label:\n  - "nvidia.com/gpu.present=true"\n')
     write(nano.root, "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", CONTAINERD_WITH_NVIDIA)
     got = nano.run()
@@ -260,6 +280,7 @@ def test_k3s_without_docker_or_default_runtime_warns_with_runtimeclass_fix(nano:
 
 
 def test_k3s_containerd_without_nvidia_runtime_warns(nano: Node) -> None:
+    (nano.root / RUNTIME_DROP_IN).unlink()  # the image's docker-mode drop-in would win over config.yaml
     write(nano.root, "/etc/rancher/k3s/config.yaml", "default-runtime: nvidia\n")
     write(nano.root, "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", CONTAINERD_WITHOUT_NVIDIA)
     got = nano.run()
