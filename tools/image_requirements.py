@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tools.paths import REPO_ROOT
 
 JETSON = "jetson"
 X86_64 = "x86-64"
@@ -42,6 +47,18 @@ def cuda_packages(level: str) -> list[str]:
     if level not in names:
         raise ValueError(f"unknown GPU_K8S_CUDA level {level!r}; one of {', '.join(names)}")
     return [package for _, packages in CUDA_LEVELS[: names.index(level) + 1] for package in packages]
+
+
+# The k3s recipe's data list of what k3s needs from the kernel (`x86_64_kernel_modules`:
+# module packages for modular kernels); every one is required on x86-64 when it is there.
+K3S_KERNEL_REQUIREMENTS = REPO_ROOT / "meta-gpu-k8s/recipes-containers/k3s/k3s-kernel-requirements.yaml"
+
+
+def k3s_module_packages(path: Path = K3S_KERNEL_REQUIREMENTS) -> list[str]:
+    if not path.is_file():
+        return []
+    data = yaml.safe_load(path.read_text()) or {}
+    return [str(name) for name in data.get("x86_64_kernel_modules") or []]
 
 
 def module_package(module: str) -> str:
@@ -114,8 +131,16 @@ def _jetson(cuda_packages: Sequence[str]) -> list[Requirement]:
     return requirements
 
 
-def _x86_64() -> list[Requirement]:
-    return [Requirement((module_package(module),), why, module=module) for module, why in K3S_KERNEL_MODULES.items()]
+def _x86_64(k3s_requirements: Path = K3S_KERNEL_REQUIREMENTS) -> list[Requirement]:
+    requirements = [Requirement((module_package(module),), why, module=module)
+                    for module, why in K3S_KERNEL_MODULES.items()]
+    named = {r.label for r in requirements}
+    for package in k3s_module_packages(k3s_requirements):
+        if package not in named:
+            module = package.removeprefix("kernel-module-").replace("-", "_")
+            requirements.append(Requirement((package,), f"k3s loads {module} ({K3S_KERNEL_REQUIREMENTS.name})",
+                                            module=module))
+    return requirements
 
 
 def _qemu() -> list[Requirement]:
@@ -125,12 +150,13 @@ def _qemu() -> list[Requirement]:
     ]
 
 
-def requirements_for(classes: Collection[str], cuda_packages: Sequence[str] = ()) -> list[Requirement]:
+def requirements_for(classes: Collection[str], cuda_packages: Sequence[str] = (),
+                     k3s_requirements: Path = K3S_KERNEL_REQUIREMENTS) -> list[Requirement]:
     requirements = _common()
     if JETSON in classes:
         requirements += _jetson(cuda_packages)
     if X86_64 in classes:
-        requirements += _x86_64()
+        requirements += _x86_64(k3s_requirements)
     if QEMU in classes:
         requirements += _qemu()
     return requirements

@@ -61,7 +61,12 @@ def packagegroup_words(var_overrides: tuple[str, ...], cuda_level: str = "runtim
     return expanded
 
 
-def world(tegra: bool, group_rdepends=None, group_rrecommends=None) -> list[ic.Recipe]:
+# meta-virtualization's k3s at the pinned commit recommends these (and more xt modules),
+# but not br_netfilter, ip_set or xt_set
+META_VIRT_K3S_RECOMMENDS = ["kernel-module-vxlan", "kernel-module-xt-nat"]
+
+
+def world(tegra: bool, group_rdepends=None, group_rrecommends=None, k3s_recommends=None) -> list[ic.Recipe]:
     if group_rdepends is None:
         group_rdepends = packagegroup_words(("RDEPENDS", "${PN}"))
         if tegra:
@@ -86,7 +91,9 @@ def world(tegra: bool, group_rdepends=None, group_rrecommends=None) -> list[ic.R
         recipe("containerd-opencontainers"),
         recipe("k3s", packages=["k3s-server", "k3s-agent", "k3s"],
                rdepends={"k3s-server": ["k3s"], "k3s-agent": ["k3s"], "k3s": ["ipset"]},
-               rrecommends={"k3s": ["kernel-module-vxlan", "kernel-module-xt-nat"]}),
+               # the layer's k3s recipe recommends what its kernel requirements list names
+               rrecommends={"k3s": k3s_recommends if k3s_recommends is not None
+                            else META_VIRT_K3S_RECOMMENDS + req.k3s_module_packages()}),
         recipe("ipset"),
         recipe("gpu-device-plugin", rdepends={"gpu-device-plugin": PLUGIN_RDEPENDS}),
         recipe("python3-grpcio", rdepends={"python3-grpcio": ["python3-protobuf"]}),
@@ -185,7 +192,8 @@ def test_x86_closure_has_the_k3s_netfilter_modules_as_dynamic_kernel_packages() 
 
 
 def test_x86_closure_without_the_module_recommends_reports_them_missing() -> None:
-    closure = ic.resolve(MAIN_IMAGE_INSTALL, source(world(False, group_rrecommends=[])))
+    closure = ic.resolve(MAIN_IMAGE_INSTALL, source(world(False, group_rrecommends=[],
+                                                          k3s_recommends=META_VIRT_K3S_RECOMMENDS)))
     assert {"kernel-module-br-netfilter", "kernel-module-ip-set", "kernel-module-xt-set"} <= missing(
         findings_for(closure, [req.X86_64], cuda=())[1])
 

@@ -124,3 +124,15 @@ def test_cuda_levels_are_the_ones_the_packagegroup_knows() -> None:
 )
 def test_machine_classes_come_from_machineoverrides(overrides, arch, classes) -> None:
     assert req.machine_classes(overrides, arch) == classes
+
+
+def test_the_k3s_kernel_module_list_joins_the_x86_requirements(tmp_path: Path) -> None:
+    data = tmp_path / "k3s-kernel-requirements.yaml"
+    data.write_text("x86_64_kernel_modules:\n  - kernel-module-br-netfilter\n  - kernel-module-xt-statistic\n")
+    labels = [r.label for r in req.requirements_for([req.X86_64], k3s_requirements=data)]
+    assert labels.count("kernel-module-br-netfilter") == 1
+    statistic = next(r for r in req.requirements_for([req.X86_64], k3s_requirements=data)
+                     if r.label == "kernel-module-xt-statistic")
+    assert statistic.module == "xt_statistic" and "k3s loads xt_statistic" in statistic.why
+    absent = [r.label for r in req.requirements_for([req.X86_64], k3s_requirements=tmp_path / "none.yaml")]
+    assert "kernel-module-xt-statistic" not in absent
