@@ -429,14 +429,14 @@ def test_alive_is_false_when_the_thread_died(board: Path) -> None:
 
 
 def _char_node(root: Path, shown_as: str, registered: bool) -> str:
-    """`shown_as` under `root` as a real character device (/dev/null's, 1:3), with a sysfs that
-    has (or lacks) that device number registered."""
+    """`shown_as` under `root` as a real character device (/dev/null's, major 1), with a
+    /proc/devices that has (or lacks) major 1 among the drivers' character majors."""
     host = root / shown_as.lstrip("/")
     host.parent.mkdir(parents=True, exist_ok=True)
     os.symlink("/dev/null", host)
-    (root / "sys/dev/char").mkdir(parents=True, exist_ok=True)
-    if registered:
-        (root / "sys/dev/char/1:3").mkdir()
+    (root / "proc").mkdir(parents=True, exist_ok=True)
+    majors = "  1 mem\n" if registered else ""
+    (root / "proc/devices").write_text(f"Character devices:\n{majors}  4 tty\n\nBlock devices:\n  1 ramdisk\n")
     return str(host)
 
 
@@ -450,13 +450,14 @@ def test_session_node_is_checked_against_the_registered_devices_not_os_access(
     monkeypatch.setattr(tegra.os, "access", access_says_nothing_for_root)
     assert check_device_node(_char_node(tmp_path / "ok", "/dev/nvhost-gpu", True), "/dev/nvhost-gpu") is None
     problem = check_device_node(_char_node(tmp_path / "gone", "/dev/nvhost-gpu", False), "/dev/nvhost-gpu")
-    assert problem is not None and "no device behind it" in problem and "1:3" in problem
+    assert problem is not None and "no device behind it" in problem and "major 1" in problem
 
 
-def test_a_file_where_a_session_node_should_be_is_a_problem_when_sysfs_is_visible(tmp_path: Path) -> None:
+def test_a_file_where_a_session_node_should_be_is_a_problem_when_proc_is_visible(tmp_path: Path) -> None:
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev/nvhost-gpu").write_text("")
-    (tmp_path / "sys/dev/char").mkdir(parents=True)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/devices").write_text("Character devices:\n  1 mem\n")
     problem = check_device_node(str(tmp_path / "dev/nvhost-gpu"), "/dev/nvhost-gpu")
     assert problem is not None and "not a character device" in problem
 

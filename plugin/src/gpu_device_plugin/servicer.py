@@ -43,8 +43,9 @@ class StreamSlots:
         with self._lock:
             self._kubelet_expected = True
 
-    def admit(self) -> tuple[int, threading.Event] | None:
-        """A slot for a new stream (its number and its "end now" flag), or None when refused."""
+    def admit(self) -> tuple[int, threading.Event, bool] | None:
+        """A slot for a new stream (its number, its "end now" flag, whether it ended older streams),
+        or None when refused."""
         with self._lock:
             replaces_all = self._kubelet_expected
             if not replaces_all and len(self._open) >= self.limit:
@@ -56,7 +57,7 @@ class StreamSlots:
             self._next += 1
             end = threading.Event()
             self._open[self._next] = end
-            return self._next, end
+            return self._next, end, replaces_all and len(self._open) > 1
 
     def release(self, number: int) -> None:
         with self._lock:
@@ -98,13 +99,14 @@ class DevicePluginServicer:
         slot = self._slots.admit()
         if slot is None:
             request_log.warning("refused a ListAndWatch stream: %d are open already (the kubelet keeps one)",
-                        self._slots.limit)
+                                self._slots.limit)
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"{self._slots.limit} ListAndWatch streams are open already; close one first")
             return
-        number, end = slot
+        number, end, replaced = slot
         context.add_callback(self._state.wake)  # RPC ended: wake our wait so the thread leaves
-        self._state.wake()  # streams this one replaces sleep in wait_for_change: let them see `end`
+        if replaced:
+            self._state.wake()  # the streams this one replaces sleep in wait_for_change: let them see `end`
         try:
             seen = -1
             while True:

@@ -149,8 +149,8 @@ _OPENABLE_NODE = re.compile(r"/(nvhost-ctrl|nvhost-ctrl-gpu|nvmap|nvgpu/igpu\d+/
 
 def check_device_node(host_path: str, shown_as: str) -> str | None:
     """The problem with one device node (`shown_as`: its path on the host), or None when it is
-    there and, for control nodes, opens; the others must be character devices a driver has
-    registered (/sys/dev/char/MAJOR:MINOR), which is what opening them would need."""
+    there and, for control nodes, opens; the others must be character devices whose major a
+    driver holds (/proc/devices), which is what opening them would need."""
     try:
         st = os.stat(host_path)
     except FileNotFoundError:
@@ -180,16 +180,30 @@ def check_device_node(host_path: str, shown_as: str) -> str | None:
 
 def _driver_problem(st: os.stat_result, host_path: str, shown_as: str) -> str | None:
     root = host_path[: -len(shown_as)] if host_path.endswith(shown_as) else ""
-    registered = os.path.join(root or "/", "sys/dev/char")
-    if not os.path.isdir(registered):
-        return None  # no sysfs to ask (a test tree, or a container without /sys)
+    majors = _char_majors(os.path.join(root or "/", "proc/devices"))
+    if majors is None:
+        return None  # no /proc to ask (a test tree, or a container without the host's /proc)
     if not stat.S_ISCHR(st.st_mode):
         return f"device node {shown_as} is not a character device (replaced by a file? re-create it: reboot)"
-    number = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-    if not os.path.exists(os.path.join(registered, number)):
-        return (f"cannot open device node {shown_as}: no device behind it (char {number} not registered: "
-                "driver unloaded or GPU gone)")
+    major = os.major(st.st_rdev)
+    if major not in majors:
+        return (f"cannot open device node {shown_as}: no device behind it (no driver holds character major "
+                f"{major}: driver unloaded or GPU gone)")
     return None
+
+
+def _char_majors(proc_devices: str) -> set[int] | None:
+    """The character-device majors drivers registered (/proc/devices), or None when it cannot be read.
+
+    /proc/devices, not /sys/dev/char: drivers that make their nodes with mknod (NVIDIA's) register
+    a major but no sysfs device."""
+    try:
+        with open(proc_devices, encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    section = text.split("Block devices:", 1)[0]
+    return {int(line.split()[0]) for line in section.splitlines() if line.strip()[:1].isdigit()}
 
 
 _WATCH_MASK = (
