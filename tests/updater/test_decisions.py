@@ -131,6 +131,11 @@ def test_settings_from_environment_and_flags() -> None:
     assert [str(p) for p in loaded.kubeconfigs] == ["/a", "/b"]
 
 
+def test_a_bad_flag_value_is_refused_like_a_bad_variable() -> None:
+    with pytest.raises(settings.SettingsError, match="--timeout must be greater than 0"):
+        settings.load({}, {"gate_timeout_s": 0.0})
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [("GPU_K8S_UPDATE_GATE_TIMEOUT_S", "soon", "must be a number"),

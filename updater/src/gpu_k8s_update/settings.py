@@ -58,6 +58,11 @@ class Settings:
         return self.state_dir / "events.log"
 
 
+# The command-line flag behind each setting a flag can set, for error messages.
+FLAG_NAMES = {
+    "state_dir": "--state-dir", "gate_timeout_s": "--timeout", "poll_interval_s": "--poll-interval",
+    "unreachable_grace_s": "--unreachable-grace", "gpu": "--gpu", "wait_for_gate_s": "--wait-for-gate",
+}
 _COMMANDS = {"mender_command", "reboot_command", "kubectl_command"}
 _FLOATS = {"gate_timeout_s", "poll_interval_s", "unreachable_grace_s", "wait_for_gate_s", "reboot_wait_s"}
 
@@ -71,7 +76,7 @@ def load(environ: Mapping[str, str], overrides: Mapping[str, object | None] | No
             values[item.name] = _parse(item.name, raw, f"{ENV_PREFIX}{item.name.upper()}")
     for name, value in (overrides or {}).items():
         if value is not None:
-            values[name] = _parse(name, value, "--" + name.replace("_", "-")) if isinstance(value, str) else value
+            values[name] = _parse(name, str(value), FLAG_NAMES.get(name, name))
     return Settings(**values)  # type: ignore[arg-type]
 
 
