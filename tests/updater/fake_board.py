@@ -106,7 +106,36 @@ if s["api_down"]:
     print("The connection to the server 127.0.0.1:6443 was refused - did you specify the right host or port?",
           file=sys.stderr)
     sys.exit(1)
-print(json.dumps(s["node"]))
+words = [a for a in args if not a.startswith("--kubeconfig") and not a.startswith("--request-timeout")
+         and a != s.get("kubeconfig_path")]
+if words[:2] == ["get", "node"]:
+    print(json.dumps(s["node"]))
+elif words[:2] == ["delete", "pod"]:
+    s["smoke_pod"] = None
+    save(s)
+elif words[:1] == ["apply"]:
+    manifest = json.load(sys.stdin)
+    if s.get("smoke_forbidden"):
+        print('Error from server (Forbidden): pods is forbidden: User "system:node:nano-1" cannot create resource',
+              file=sys.stderr)
+        sys.exit(1)
+    s["smoke_pod"] = manifest
+    s["smoke_pods_created"] = s.get("smoke_pods_created", 0) + 1
+    save(s)
+    print("pod/gpu-k8s-update-smoke created")
+elif words[:2] == ["get", "pod"]:
+    if not s.get("smoke_pod"):
+        print('Error from server (NotFound): pods "gpu-k8s-update-smoke" not found', file=sys.stderr)
+        sys.exit(1)
+    outcome = s.get("smoke_outcome", "Succeeded")
+    status = {"phase": outcome}
+    if outcome == "Failed":
+        status.update(reason="UnexpectedAdmissionError",
+                      message="Allocate failed due to no healthy devices present; cannot allocate unhealthy devices")
+    print(json.dumps({"kind": "Pod", "status": status}))
+else:
+    print("fake kubectl: unexpected " + " ".join(args), file=sys.stderr)
+    sys.exit(3)
 """
 
 
@@ -221,6 +250,7 @@ class Board:
             "boots": 0,
             "api_down": False,
             "node": node_object(),
+            "kubeconfig_path": str(self.kubeconfig),
         })
         for name, body in (("mender-update", _MENDER), ("fw_printenv", _PRINTENV), ("reboot", _REBOOT),
                            ("kubectl", _KUBECTL)):

@@ -132,6 +132,25 @@ def test_gpu_node_whose_plugin_never_registers_rolls_back(board: Board, kubelet:
     assert "no allocatable nvidia.com/gpu" in reason and "device plugin" in reason, reason
 
 
+def test_gpu_smoke_pod_runs_before_the_commit(board: Board, kubelet: HealthServer) -> None:
+    installed_and_rebooted(board, kubelet)
+    result = gate(board, kubelet, GPU_K8S_UPDATE_SMOKE_IMAGE="localhost/gpu-k8s-smoke:latest")
+    assert result.returncode == 0, describe(result)
+    assert "GPU smoke pod ran" in board.gate_result()["reason"]
+    pod = board.state()
+    assert pod["smoke_pods_created"] == 1 and pod["smoke_pod"] is None, "the smoke pod is deleted afterwards"
+
+
+def test_gpu_smoke_pod_that_cannot_get_a_gpu_rolls_back(board: Board, kubelet: HealthServer) -> None:
+    installed_and_rebooted(board, kubelet)
+    board.change(smoke_outcome="Failed")
+    result = gate(board, kubelet, GPU_K8S_UPDATE_SMOKE_IMAGE="localhost/gpu-k8s-smoke:latest")
+    assert result.returncode == KILLED, describe(result)
+    reason = board.gate_result()["reason"]
+    assert "GPU smoke pod: UnexpectedAdmissionError" in reason, reason
+    assert board.state()["committed"] == []
+
+
 def test_cpu_only_node_passes_without_a_gpu(board: Board, kubelet: HealthServer) -> None:
     board.set_node(gpus=0)
     board.register_plugin(gpus=0)

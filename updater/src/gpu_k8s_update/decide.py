@@ -89,6 +89,8 @@ def judge_health(facts: HealthFacts, policy: GatePolicy, elapsed_s: float) -> Ve
             problems.append(f"device plugin /healthz: {facts.plugin_detail}")
         elif facts.plugin_healthz_ok is None and not facts.plugin_registered:
             problems.append(f"device plugin: {facts.plugin_detail}")
+    if facts.smoke_ok is False:
+        problems.append(f"GPU smoke pod: {facts.smoke_detail}")
     unreachable_pass = False
     if facts.node is None:
         if elapsed_s >= policy.unreachable_grace_s:
@@ -135,6 +137,8 @@ def _checked_summary(facts: HealthFacts, policy: GatePolicy) -> str:
         if facts.node is not None:
             parts.append(f"{facts.node.gpus_allocatable} {GPU_RESOURCE} allocatable")
         parts.append("device plugin registered")
+    if facts.smoke_ok:
+        parts.append("GPU smoke pod ran")
     return ", ".join(parts)
 
 

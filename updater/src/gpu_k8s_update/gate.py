@@ -4,6 +4,7 @@ into the old slot. Runs from gpu-k8s-update-gate.service only while our marker e
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from gpu_k8s_update import decide
 from gpu_k8s_update.model import GatePolicy, Outcome, Phase
@@ -47,7 +48,13 @@ def run_gate(node: Node) -> int:
     last_reason = ""
     while True:
         elapsed = node.host.monotonic() - started
-        verdict = decide.judge_health(node.probe_health(boot_time), policy, elapsed)
+        facts = node.probe_health(boot_time)
+        verdict = decide.judge_health(facts, policy, elapsed)
+        if verdict.outcome is Outcome.PASS and _wants_smoke_pod(node, policy, facts.node is not None):
+            # Only once everything else is healthy: it is the slowest check and needs the API.
+            ok, detail = node.run_smoke_pod()
+            log.info("gate: GPU smoke pod %s%s", "ran" if ok else "failed: ", detail)
+            verdict = decide.judge_health(replace(facts, smoke_ok=ok, smoke_detail=detail), policy, elapsed)
         if verdict.outcome is Outcome.PASS:
             return _commit(node, booted, verdict.reason)
         if verdict.outcome is Outcome.FAIL:
@@ -56,6 +63,10 @@ def run_gate(node: Node) -> int:
             log.info("gate: waiting (%.0fs): %s", elapsed, verdict.reason)
             last_reason = verdict.reason
         node.host.sleep(settings.poll_interval_s)
+
+
+def _wants_smoke_pod(node: Node, policy: GatePolicy, api_reachable: bool) -> bool:
+    return bool(node.settings.smoke_image) and policy.gpu_expected and api_reachable
 
 
 def _commit(node: Node, version: str, reason: str) -> int:

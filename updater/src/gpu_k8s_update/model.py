@@ -94,6 +94,8 @@ class HealthFacts:
     plugin_registered: bool  # the kubelet has nvidia.com/gpu from our plugin in this boot
     plugin_detail: str
     plugin_healthz_ok: bool | None = None  # None: no metrics address configured
+    smoke_ok: bool | None = None  # None: no GPU smoke pod was run
+    smoke_detail: str = ""
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,8 @@ class Settings:
     plugin_checkpoint: Path = Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
     plugin_healthz_url: str = ""  # e.g. http://127.0.0.1:9402/healthz when --metrics-address is set
     gpu: str = "auto"  # yes | no | auto (a GPU node before the update must stay one)
+    smoke_image: str = ""  # a preloaded image: run a GPU smoke pod before committing ('' = off)
+    smoke_timeout_s: float = 180.0
 
     @property
     def marker_file(self) -> Path:
@@ -64,7 +66,8 @@ FLAG_NAMES = {
     "unreachable_grace_s": "--unreachable-grace", "gpu": "--gpu", "wait_for_gate_s": "--wait-for-gate",
 }
 _COMMANDS = {"mender_command", "reboot_command", "kubectl_command"}
-_FLOATS = {"gate_timeout_s", "poll_interval_s", "unreachable_grace_s", "wait_for_gate_s", "reboot_wait_s"}
+_FLOATS = {"gate_timeout_s", "poll_interval_s", "unreachable_grace_s", "wait_for_gate_s", "reboot_wait_s",
+           "smoke_timeout_s"}
 
 
 def load(environ: Mapping[str, str], overrides: Mapping[str, object | None] | None = None) -> Settings:
