@@ -4,6 +4,7 @@ doctor), `node-labels` (a k3s drop-in labelling the node with its GPU), `version
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -234,6 +235,9 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
             log.warning("%s", warning)
         return new
 
+    # Everything imported so far lives as long as the process: keep it out of the cyclic garbage
+    # collector, so a full collection during an Allocate walks a few objects, not ~25 000.
+    gc.freeze()
     return Daemon(settings, gpus, monitor, reload_settings=reload).run()
 
 
