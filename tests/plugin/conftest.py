@@ -32,3 +32,13 @@ def kubelet(socket_dir: str) -> Iterator[object]:
     double.start()
     yield double
     double.stop()
+
+
+@pytest.fixture()
+def no_plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process CLI runs see no plugin setting from the environment running the tests."""
+    from gpu_device_plugin import config
+
+    for option in config.OPTIONS:
+        monkeypatch.delenv(option.env, raising=False)
+    monkeypatch.delenv("CONFIG_FILE", raising=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from gpu_device_plugin import cli, config
+from gpu_device_plugin import cli
 
 REPO = Path(__file__).resolve().parents[2]
 LAYER = REPO / "meta-gpu-k8s"
@@ -18,11 +18,7 @@ PLUGIN_CONFIGS = LAYER / "recipes-plugin/gpu-device-plugin/files"
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-@pytest.fixture(autouse=True)
-def _no_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for option in config.OPTIONS:
-        monkeypatch.delenv(option.env, raising=False)
-    monkeypatch.delenv("CONFIG_FILE", raising=False)
+pytestmark = pytest.mark.usefixtures("no_plugin_env")
 
 
 def unit_command() -> list[str]:

@@ -6,18 +6,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from gpu_device_plugin import cli, config
+from gpu_device_plugin import cli
 from gpu_device_plugin.model import Gpu
 from gpu_device_plugin.node_labels import drop_in, family, gpu_labels, label_value
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-@pytest.fixture(autouse=True)
-def _no_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for option in config.OPTIONS:
-        monkeypatch.delenv(option.env, raising=False)
-    monkeypatch.delenv("CONFIG_FILE", raising=False)
+pytestmark = pytest.mark.usefixtures("no_plugin_env")
 
 
 def labels_in(path: Path) -> dict[str, str]:
