@@ -341,6 +341,7 @@ class Board:
             "GPU_K8S_UPDATE_KUBECONFIGS": str(self.kubeconfig),
             "GPU_K8S_UPDATE_NODE_NAME": "nano-1",
             "GPU_K8S_UPDATE_DOCKER_SOCKET": "",
+            "GPU_K8S_UPDATE_DOCKER_DAEMON": str(self.root / "no-dockerd"),
             "GPU_K8S_UPDATE_KUBELET_HEALTHZ_URL": kubelet_url,
             "GPU_K8S_UPDATE_PLUGIN_CHECKPOINT": str(self.checkpoint),
             "GPU_K8S_UPDATE_POLL_INTERVAL_S": "0.05",

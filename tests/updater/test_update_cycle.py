@@ -75,9 +75,21 @@ def test_healthy_node_with_docker_checked_is_committed(board: Board, kubelet: He
 
 def test_docker_down_rolls_back(board: Board, kubelet: HealthServer, tmp_path: Path) -> None:
     installed_and_rebooted(board, kubelet)
-    result = gate(board, kubelet, GPU_K8S_UPDATE_DOCKER_SOCKET=str(tmp_path / "no-docker.sock"))
+    dockerd = tmp_path / "dockerd"
+    dockerd.write_text("")
+    result = gate(board, kubelet, GPU_K8S_UPDATE_DOCKER_SOCKET=str(tmp_path / "no-docker.sock"),
+                  GPU_K8S_UPDATE_DOCKER_DAEMON=str(dockerd))
     assert result.returncode == KILLED, describe(result)
     assert "docker" in board.gate_result()["reason"]
+
+
+def test_containerd_node_without_docker_is_not_judged_on_docker(
+    board: Board, kubelet: HealthServer, tmp_path: Path
+) -> None:
+    installed_and_rebooted(board, kubelet)
+    result = gate(board, kubelet, GPU_K8S_UPDATE_DOCKER_SOCKET=str(tmp_path / "no-docker.sock"))
+    assert result.returncode == 0, describe(result)
+    assert "docker" not in board.gate_result()["reason"]
 
 
 def test_upgrade_on_the_new_slot_waits_for_the_gate_then_succeeds(board: Board, kubelet: HealthServer) -> None:

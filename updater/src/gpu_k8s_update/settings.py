@@ -33,7 +33,9 @@ class Settings:
     wait_for_gate_s: float = 1200.0
     max_install_attempts: int = 3
     reboot_wait_s: float = 300.0  # after asking for a reboot; if we are still alive, that is an error
-    docker_socket: Path | None = Path("/var/run/docker.sock")  # None: not a docker node
+    docker_socket: Path | None = Path("/var/run/docker.sock")  # None: never check docker
+    # A node without this program runs k3s's own containerd (the layer's knob): no docker to check.
+    docker_daemon: Path = Path("/usr/bin/dockerd")
     kubelet_healthz_url: str = "http://127.0.0.1:10248/healthz"
     kubectl_command: tuple[str, ...] = ("k3s", "kubectl")
     kubeconfigs: tuple[Path, ...] = (
@@ -105,6 +107,6 @@ def _parse(name: str, raw: str, source: str) -> object:
         return Path(raw) if raw else None
     if name == "kubeconfigs":
         return tuple(Path(part) for part in raw.split(":") if part)
-    if name in ("state_dir", "artifact_info", "boot_id_file", "plugin_checkpoint"):
+    if name in ("state_dir", "artifact_info", "boot_id_file", "plugin_checkpoint", "docker_daemon"):
         return Path(raw)
     return raw
