@@ -284,6 +284,30 @@ def write_release(artifacts: list[ArtifactInfo], output: Path) -> Path:
     return output
 
 
+def l4t_changes(artifacts: list[ArtifactInfo], releases_dir: Path, version: str) -> list[str]:
+    """Earlier releases beside this one whose L4T differs for the same machine. The Nano's boot
+    firmware is single-copy: rolling across an L4T change (or back) can brick a board."""
+    changes = []
+    for manifest in sorted(releases_dir.glob("*/release.json")):
+        try:
+            earlier = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        if earlier.get("version") == version:
+            continue
+        for old in earlier.get("artifacts") or []:
+            for new in artifacts:
+                if new.l4t_version and old.get("machine") == new.machine and old.get("l4t_version") not in (
+                    None, new.l4t_version
+                ):
+                    changes.append(
+                        f"{new.machine}: release {earlier.get('version')} has L4T {old['l4t_version']}, this one "
+                        f"{new.l4t_version}: do not roll it over boards running {earlier.get('version')}; "
+                        "reflash them (docs/fleet.md, the L4T rule)"
+                    )
+    return changes
+
+
 def run_release(options: ReleaseOptions) -> tuple[Path, list[ArtifactInfo]]:
     console.step("collecting signed Mender artifacts")
     artifacts = collect(options)
@@ -293,6 +317,8 @@ def run_release(options: ReleaseOptions) -> tuple[Path, list[ArtifactInfo]]:
     rows = [[a.machine, a.file, console.human_size(a.size_bytes), a.l4t_version or "-", a.k3s_version or "-",
              a.sha256[:16]] for a in artifacts]
     console.summary(f"release {version} in {output}", ["machine", "artifact", "size", "L4T", "k3s", "sha256"], rows)
+    for change in l4t_changes(artifacts, output.parent, version):
+        console.warn(change)
     console.info(f"serve it: python3 -m http.server --directory {output} 8080")
     console.info(f"then: ./task rollout --version {version} --artifact-url http://HOST:8080/{artifacts[0].file}")
     return output, artifacts

@@ -91,6 +91,22 @@ def test_release_holds_the_newest_signed_artifact_its_sha256_and_a_manifest(tmp_
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+def test_an_l4t_change_against_an_earlier_release_is_warned_about(tmp_path: Path, capsys) -> None:
+    releases = tmp_path / "releases"
+    earlier = releases / "1.3.0"
+    earlier.mkdir(parents=True)
+    (earlier / "release.json").write_text(json.dumps(
+        {"version": "1.3.0", "artifacts": [{"machine": MACHINE, "l4t_version": "32.7.4"}]}))
+    release.run_release(release.ReleaseOptions(deploy_dir=deploy_dir(tmp_path), output=releases / "1.4.0"))
+    out = capsys.readouterr().out
+    assert "release 1.3.0 has L4T 32.7.4, this one 32.7.6" in out and "reflash" in out
+    (earlier / "release.json").write_text(json.dumps(
+        {"version": "1.3.0", "artifacts": [{"machine": MACHINE, "l4t_version": "32.7.6"}]}))
+    release.run_release(release.ReleaseOptions(deploy_dir=tmp_path / "deploy" / MACHINE,
+                                               output=releases / "1.4.0"))
+    assert "has L4T" not in capsys.readouterr().out, "same L4T: nothing to warn about"
+
+
 def test_an_unsigned_artifact_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
     source = deploy_dir(tmp_path, signed=False)
     with pytest.raises(release.ReleaseError, match="is not signed.*MENDER_ARTIFACT_SIGNING_KEY"):
