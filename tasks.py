@@ -343,7 +343,7 @@ def rollout(
     version: str,
     artifact_url: str,
     ring: str = "all",
-    concurrency: int = 1,
+    concurrency: str = "1",
     selector: str | None = None,
     dry_run: bool = False,
 ) -> None:
@@ -357,7 +357,7 @@ def rollout(
         version=version,
         artifact_url=artifact_url,
         ring=ring,
-        concurrency=concurrency,
+        concurrency=_whole_number("concurrency", concurrency, minimum=1),
         selector=selector,
         dry_run=dry_run,
     )

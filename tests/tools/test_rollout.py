@@ -278,6 +278,19 @@ def test_task_refuses_bad_input_in_one_line_without_calling_kubectl(stand_ins) -
     assert stand_ins.calls("kubectl") == []
 
 
+@pytest.mark.parametrize("value", ["0", "three"])
+def test_task_refuses_a_bad_concurrency_in_one_line(stand_ins, value: str) -> None:
+    stand_ins.add("kubectl", "sys.exit(0)")
+    completed = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "rollout", "--version", "1.4.0",
+         "--artifact-url", URL, "--concurrency", value],
+        capture_output=True, text=True, check=False,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip().count("\n") == 0 and "--concurrency must be a whole number >= 1" in completed.stderr
+    assert stand_ins.calls("kubectl") == []
+
+
 def test_task_dry_run_prints_plans_and_calls_no_kubectl(stand_ins) -> None:
     stand_ins.add("kubectl", "sys.exit(0)")
     completed = subprocess.run(
