@@ -131,6 +131,12 @@ def test_settings_from_environment_and_flags() -> None:
     assert [str(p) for p in loaded.kubeconfigs] == ["/a", "/b"]
 
 
+def test_node_name_comes_from_the_upgrade_job_unless_configured() -> None:
+    assert settings.load({"SYSTEM_UPGRADE_NODE_NAME": "nano-7"}).node_name == "nano-7"
+    configured = {"SYSTEM_UPGRADE_NODE_NAME": "nano-7", "GPU_K8S_UPDATE_NODE_NAME": "edge-7"}
+    assert settings.load(configured).node_name == "edge-7"
+
+
 def test_a_bad_flag_value_is_refused_like_a_bad_variable() -> None:
     with pytest.raises(settings.SettingsError, match="--timeout must be greater than 0"):
         settings.load({}, {"gate_timeout_s": 0.0})

@@ -75,6 +75,10 @@ _FLOATS = {"gate_timeout_s", "poll_interval_s", "unreachable_grace_s", "wait_for
 def load(environ: Mapping[str, str], overrides: Mapping[str, object | None] | None = None) -> Settings:
     """Defaults, then GPU_K8S_UPDATE_* variables, then the non-None `overrides` (flags)."""
     values: dict[str, object] = {}
+    # In a system-upgrade-controller job the controller names the node (k3s --node-name may
+    # differ from the hostname); the variable survives `chroot /host`.
+    if environ.get("SYSTEM_UPGRADE_NODE_NAME"):
+        values["node_name"] = environ["SYSTEM_UPGRADE_NODE_NAME"]
     for item in dataclasses.fields(Settings):
         raw = environ.get(ENV_PREFIX + item.name.upper())
         if raw is not None:
