@@ -136,8 +136,10 @@ def airgap(tmp_path):
     env = {"K3S_AIRGAP_DIR": str(airgap_dir), "K3S_CONFIG_DIR": str(config_dir),
            "K3S_DATA_DIR": str(tmp_path / "var/lib/rancher/k3s"), "GPU_K8S_STATE_DIR": str(tmp_path / "state")}
 
-    def load() -> list[str]:
-        result = run(K3S_FILES / "k3s-airgap-images-load", env, bin_dir)
+    def load(mode: str) -> list[str]:
+        result = subprocess.run(["/bin/sh", str(K3S_FILES / "k3s-airgap-images-load"), mode],
+                                env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+                                capture_output=True, text=True, timeout=30)
         assert result.returncode == 0, result.stderr
         return log.read_text().splitlines() if log.exists() else []
 
@@ -146,16 +148,41 @@ def airgap(tmp_path):
 
 
 def test_containerd_mode_links_the_tarball_where_k3s_imports_images(airgap):
-    assert airgap() == [], "k3s imports it itself: no docker"
     link = airgap.tmp / "var/lib/rancher/k3s/agent/images/k3s-airgap-images-amd64.tar.zst"
+    assert airgap("docker") == [] and not link.exists(), "the docker unit does nothing here"
+    assert airgap("containerd") == [], "k3s imports it itself: no docker"
     assert link.is_symlink() and link.read_bytes() == b"zstd-data"
 
 
 def test_docker_mode_loads_the_tarball_into_docker_once(airgap):
     (airgap.config_dir / "config.yaml.d/10-gpu-k8s-runtime.yaml").write_text("docker: true\n")
-    calls = airgap()
+    assert airgap("containerd") == [], "the containerd unit does nothing here"
+    assert not (airgap.tmp / "var/lib/rancher/k3s/agent/images").exists()
+    calls = airgap("docker")
     assert len(calls) == 2, calls  # one pipeline: the two sides log in either order
     zstd = next(c for c in calls if c.startswith("zstd "))
     assert zstd.startswith("zstd -dc ") and zstd.endswith("k3s-airgap-images-amd64.tar.zst")
     assert "docker load" in calls
-    assert airgap() == calls, "loaded once: the second boot does nothing"
+    assert airgap("docker") == calls, "loaded once: the second boot does nothing"
+
+
+def test_airgap_units_one_before_k3s_one_beside_it():
+    import configparser
+
+    units = {}
+    for name in ("k3s-airgap-images.service", "k3s-airgap-images-docker.service"):
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read(K3S_FILES / name)
+        units[name] = parser
+    link, load = units["k3s-airgap-images.service"], units["k3s-airgap-images-docker.service"]
+    assert link["Service"]["ExecStart"].endswith("k3s-airgap-images-load containerd")
+    assert {"k3s.service", "k3s-agent.service"} <= set(link["Unit"]["Before"].split())
+    assert load["Service"]["ExecStart"].endswith("k3s-airgap-images-load docker")
+    assert "Before" not in load["Unit"], "a minutes-long docker load must not hold k3s back"
+    assert load["Unit"]["After"] == "docker.service"
+
+
+def test_airgap_loader_refuses_an_unknown_mode():
+    result = subprocess.run(["/bin/sh", str(K3S_FILES / "k3s-airgap-images-load"), "podman"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "usage" in result.stderr

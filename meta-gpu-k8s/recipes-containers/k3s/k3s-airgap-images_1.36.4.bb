@@ -1,8 +1,8 @@
 SUMMARY = "k3s airgap images: the container images k3s's own components run"
 DESCRIPTION = "The release's k3s-airgap-images tarball (pause, coredns, flannel helper, \
 local-path-provisioner, metrics-server, traefik, klipper), pinned by sha256, and a oneshot \
-unit that hands it to the container runtime before k3s starts, so a node needs no registry \
-for k3s's own images: with k3s's containerd the tarball is linked into agent/images (k3s \
+units that hand it to the container runtime, so a node needs no registry for k3s's own \
+images: with k3s's containerd the tarball is linked into agent/images before k3s starts (k3s \
 imports it), with docker it is loaded with docker load."
 # Images of Apache-2.0 (k3s, coredns, flannel, local-path-provisioner, metrics-server,
 # pause), MIT (traefik) projects, on busybox/alpine bases (GPL-2.0-only).
@@ -21,6 +21,7 @@ K3S_AIRGAP_FILE = "k3s-airgap-images-${K3S_ARCH}.tar.zst"
 SRC_URI = "${K3S_RELEASE_URL}/${K3S_AIRGAP_FILE};downloadfilename=k3s-airgap-images-${K3S_ARCH}-${K3S_RELEASE}.tar.zst;name=airgap-${K3S_ARCH};unpack=0 \
            file://k3s-airgap-images-load \
            file://k3s-airgap-images.service \
+           file://k3s-airgap-images-docker.service \
 "
 
 S = "${WORKDIR}"
@@ -39,13 +40,15 @@ do_install() {
     install -m 0755 ${WORKDIR}/k3s-airgap-images-load ${D}${libexecdir}/k3s/
     sed -i -e 's#@AIRGAP_DIR@#${K3S_AIRGAP_DIR}#g' ${D}${libexecdir}/k3s/k3s-airgap-images-load
     install -d ${D}${systemd_system_unitdir}
-    install -m 0644 ${WORKDIR}/k3s-airgap-images.service ${D}${systemd_system_unitdir}/
-    sed -i -e 's#@LIBEXECDIR@#${libexecdir}#g' ${D}${systemd_system_unitdir}/k3s-airgap-images.service
+    for unit in k3s-airgap-images.service k3s-airgap-images-docker.service; do
+        install -m 0644 ${WORKDIR}/$unit ${D}${systemd_system_unitdir}/
+        sed -i -e 's#@LIBEXECDIR@#${libexecdir}#g' ${D}${systemd_system_unitdir}/$unit
+    done
 }
 
 FILES:${PN} += "${datadir}/k3s"
 
-SYSTEMD_SERVICE:${PN} = "k3s-airgap-images.service"
+SYSTEMD_SERVICE:${PN} = "k3s-airgap-images.service k3s-airgap-images-docker.service"
 
 # zstd: docker 20.10's "docker load" does not read zstd, the loader decompresses it.
 RDEPENDS:${PN} = "zstd"
