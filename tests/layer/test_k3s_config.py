@@ -141,8 +141,9 @@ def test_airgap_images_on_for_qemu_off_for_the_nano_sd_card():
     recipe = parse(CONFIG_RECIPE)
     values = {m: resolve(recipe, "GPU_K8S_K3S_AIRGAP_IMAGES", o) for m, o in MACHINES.items()}
     assert values == {"jetson-nano-devkit": "0", "genericx86-64": "0", "qemux86-64": "1"}
-    rdepends = recipe.value("RDEPENDS", "${PN}")
-    assert "'k3s-airgap-images' if d.getVar('GPU_K8S_K3S_AIRGAP_IMAGES') == '1'" in rdepends
+    assert "${GPU_K8S_AIRGAP_PACKAGE}" in recipe.words("RDEPENDS", "${PN}")
+    assert "'k3s-airgap-images' if d.getVar('GPU_K8S_K3S_AIRGAP_IMAGES') == '1' and " \
+        "bb.utils.contains('DISTRO_FEATURES', 'gpu-k8s', True, False, d)" in recipe.value("GPU_K8S_AIRGAP_PACKAGE")
 
 
 def test_no_gpu_labels_are_baked_in(tmp_path):

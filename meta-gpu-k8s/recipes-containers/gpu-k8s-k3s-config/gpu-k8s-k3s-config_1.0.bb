@@ -101,8 +101,10 @@ do_install() {
 
 FILES:${PN} += "${systemd_system_unitdir}/k3s.service.d ${systemd_system_unitdir}/k3s-agent.service.d"
 
-RDEPENDS:${PN} = "${@'k3s-airgap-images' if d.getVar('GPU_K8S_K3S_AIRGAP_IMAGES') == '1' else ''} \
-                  ${@'docker' if d.getVar('GPU_K8S_K3S_RUNTIME') == 'docker' else ''}"
+# The airgap images recipe exists only with the gpu-k8s distro feature (like our k3s).
+GPU_K8S_AIRGAP_PACKAGE = "${@'k3s-airgap-images' if d.getVar('GPU_K8S_K3S_AIRGAP_IMAGES') == '1' and bb.utils.contains('DISTRO_FEATURES', 'gpu-k8s', True, False, d) else ''}"
+GPU_K8S_DOCKER_PACKAGE = "${@'docker' if d.getVar('GPU_K8S_K3S_RUNTIME') == 'docker' else ''}"
+RDEPENDS:${PN} = "${GPU_K8S_AIRGAP_PACKAGE} ${GPU_K8S_DOCKER_PACKAGE}"
 
 # nooelint: oelint.task.noanonpython - a wrong knob must stop the parse, not build a wrong image
 python () {
