@@ -17,8 +17,9 @@ JETSON = "jetson"
 X86_64 = "x86-64"
 QEMU = "qemu"
 
-# Kernel modules k3s loads that its own recipe does not recommend; packagegroup-gpu-k8s
-# recommends the same list (GPU_K8S_KERNEL_MODULES; a test keeps the two equal).
+# Kernel modules k3s loads that meta-virtualization's k3s does not recommend;
+# packagegroup-gpu-k8s recommends the same list (GPU_K8S_KERNEL_MODULES; a test keeps the
+# two equal), the layer's k3s recipe a longer one (K3S_KERNEL_REQUIREMENTS below).
 K3S_KERNEL_MODULES: dict[str, str] = {
     "br_netfilter": "k3s modprobes it for bridged pod traffic to pass iptables; without it pod -> "
     "ClusterIP traffic on the same node (cluster DNS included) breaks",

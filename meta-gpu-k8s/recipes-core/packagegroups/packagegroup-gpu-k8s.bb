@@ -33,7 +33,8 @@ RDEPENDS:${PN}:append:qemuall = " gpu-k8s-preload-images"
 
 # Kernel modules k3s modprobes at start (br_netfilter: bridged pod traffic through
 # iptables, without it pod -> ClusterIP on the same node, DNS included, breaks; ip_set and
-# xt_set: the network policy controller) and that k3s's own recipe does not recommend.
+# xt_set: the network policy controller). The layer's k3s recommends them too; named here
+# as well because meta-virtualization's k3s (used without DISTRO_FEATURES gpu-k8s) does not.
 # Recommends, not depends: a kernel that builds one in (linux-tegra's fragment does) has no
 # package for it, and modprobe of a built-in module succeeds.
 GPU_K8S_KERNEL_MODULES ?= " \
