@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from tools import build, console, hostcheck, process
 from tools import image_closure as closure_mod
 from tools import image_requirements as req
@@ -123,10 +125,14 @@ def probe_command(options: CheckImageOptions, image: str, out: Path, environ: Ma
 
 
 def image_for(options: CheckImageOptions) -> str:
+    """--target, else the kas file's own `target:`, else the machine's image."""
     if options.target:
         return options.target
     if options.kas_file:
-        return "gpu-k8s-image"
+        kas = REPO_ROOT / options.kas_file.split(":", 1)[0]
+        config = yaml.safe_load(kas.read_text()) if kas.is_file() else {}
+        target = (config or {}).get("target") or "gpu-k8s-image"
+        return target[0] if isinstance(target, list) else str(target)
     return build.machine_target(options.machine).default_image
 
 

@@ -61,6 +61,14 @@ def test_a_kas_file_option_gets_its_own_work_dir() -> None:
     assert command.env["KAS_WORK_DIR"].endswith("build/check-x86-64")
 
 
+def test_the_image_comes_from_target_then_the_kas_file_then_the_machine() -> None:
+    assert check_image.image_for(check_image.CheckImageOptions(kas_file="kas/qemu-x86-64.yml")) == "gpu-k8s-image-dev"
+    assert check_image.image_for(check_image.CheckImageOptions(kas_file="kas/x86-64.yml:kas/x.yml")) == "gpu-k8s-image"
+    assert check_image.image_for(check_image.CheckImageOptions(machine="qemu", target="core-image-minimal")) == (
+        "core-image-minimal")
+    assert check_image.image_for(check_image.CheckImageOptions(machine="qemu")) == "gpu-k8s-image-dev"
+
+
 def test_root_is_refused_in_one_line_before_kas_runs(stand_ins) -> None:
     with pytest.raises(check_image.CheckImageError, match="running as root.*fix:"):
         check_image.run_check_image(check_image.CheckImageOptions(), environ={}, euid=0)
