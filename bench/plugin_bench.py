@@ -212,7 +212,8 @@ def main() -> None:
     import google.protobuf
     import grpc
 
-    print(f"python {sys.version.split()[0]}, grpcio {grpc.__version__}, protobuf {google.protobuf.__version__}")
+    print(f"python {sys.version.split()[0]}, grpcio {grpc.__version__}, protobuf {google.protobuf.__version__}; "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (p99 and start figures follow the load)")
     distributed, packed = preferred_allocation_ms()
     print(f"[policy] preferred allocation, 8 GPUs x 256 replicas, size 512: distributed {distributed:.2f} ms, "
           f"packed {packed:.2f} ms (target: milliseconds)")
@@ -225,6 +226,7 @@ def main() -> None:
         try:
             leg = simulated_leg(work) if name == "simulated" else tegra_leg(work)
             report(leg.name, run_leg(leg, kubelet, socket_dir, args), args)
+            print(f"[{leg.name}] load average after the leg {os.getloadavg()[0]:.1f}")
         finally:
             kubelet.stop()
             shutil.rmtree(work, ignore_errors=True)
