@@ -110,7 +110,7 @@ def build(
         "machine": f"which image to check: {', '.join(build_module.MACHINES)} "
         f"(default {build_module.DEFAULT_MACHINE}); ignored with --kas",
         "kas": "a kas file (with :includes) instead of --machine, e.g. kas/jetson-nano.yml:kas/local.yml",
-        "target": "image recipe to check (default: the machine's image, gpu-k8s-image with --kas)",
+        "target": "image recipe to check (default: the machine's image; with --kas the kas file's target)",
         "build-dir": "kas work dir (default: the one ./task build uses for the machine; env KAS_WORK_DIR)",
         "verbose": "stream kas/bitbake output instead of a progress line",
     }
