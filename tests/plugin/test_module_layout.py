@@ -16,3 +16,16 @@ def test_the_policy_core_does_not_import_the_cli_or_argparse() -> None:
     out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_no_two_classes_share_a_name_and_one_module_is_the_policy() -> None:
+    package = SRC / "gpu_device_plugin"
+    modules = [p for p in package.rglob("*.py") if "__pycache__" not in p.parts]
+    classes: dict[str, list[str]] = {}
+    for module in modules:
+        for line in module.read_text().splitlines():
+            if line.startswith("class "):
+                name = line[len("class "):].split("(")[0].split(":")[0]
+                classes.setdefault(name, []).append(str(module.relative_to(package)))
+    assert {name: where for name, where in classes.items() if len(where) > 1} == {}
+    assert [str(p.relative_to(package)) for p in modules if p.stem == "policy"] == ["policy.py"]
