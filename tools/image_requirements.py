@@ -74,10 +74,11 @@ class Requirement:
     names: tuple[str, ...]
     why: str
     module: str | None = None  # kernel module name: built into the kernel also satisfies it
+    title: str | None = None  # how the report names it when names[0] alone would mislead
 
     @property
     def label(self) -> str:
-        return self.names[0]
+        return self.title or self.names[0]
 
 
 def machine_classes(overrides: Collection[str], target_arch: str) -> list[str]:
@@ -97,7 +98,8 @@ def _common() -> list[Requirement]:
         Requirement(("docker", "docker-ce", "docker-moby"),
                     "k3s runs every pod through docker (docker: true); without it no pod starts"),
         Requirement(("k3s",), "the Kubernetes node itself"),
-        Requirement(("k3s-server", "k3s-agent"), "the k3s systemd unit for the node's role"),
+        Requirement(("k3s-server", "k3s-agent"), "the k3s systemd unit for the node's role",
+                    title="k3s-server or k3s-agent"),
         Requirement(("gpu-device-plugin",),
                     "advertises nvidia.com/gpu to the kubelet; without it GPU pods stay Pending"),
         Requirement(("python3-grpcio",), "the plugin speaks gRPC to the kubelet; it does not start without it"),

@@ -36,7 +36,7 @@ with open(os.path.join(deploy, target + '-qemux86-64.manifest'), 'w') as manifes
 
 # What a complete QEMU image's manifest lists (docker comes as docker-ce, its provider).
 FULL_QEMU_MANIFEST = [
-    "docker-ce" if r.label == "docker" else r.label
+    "docker-ce" if r.label == "docker" else r.names[0]
     for r in req.requirements_for([req.X86_64, req.QEMU])
 ] + ["busybox", "systemd"]
 

@@ -24,7 +24,8 @@ JETSON_CUDA = req.cuda_packages("runtime")
 
 
 def complete_jetson_names() -> list[str]:
-    names = ["docker-ce" if r.label == "docker" else r.label for r in req.requirements_for([req.JETSON], JETSON_CUDA)]
+    required = req.requirements_for([req.JETSON], JETSON_CUDA)
+    names = ["docker-ce" if r.label == "docker" else r.names[0] for r in required]
     return names + ["busybox", "systemd"]
 
 
