@@ -1,0 +1,40 @@
+SUMMARY = "Node-side OS update agent: Mender A/B install, health gate, commit or roll back"
+DESCRIPTION = "gpu-k8s-update installs a Mender artifact for the rollout job (idempotent, \
+survives its own reboot) and, after the new slot boots, commits it only once docker, the \
+kubelet, the node and the GPU device plugin are healthy; otherwise it reboots into the old \
+slot. Built from updater/ in this repository."
+HOMEPAGE = "https://github.com/meta-gpu-k8s/meta-gpu-k8s"
+LICENSE = "MIT"
+LIC_FILES_CHKSUM = "file://LICENSE;md5=8e8dcf3b0f2979e4dc758da3781c2ba4"
+
+# updater/ sits at the repository root, three levels up: fetched as a local directory, so
+# every edit changes the file checksums and triggers a rebuild, without network or SRCREV.
+# nooelint: oelint.vars.fileextrapaths,oelint.vars.outofcontext - the source is outside the layer, not in files/
+FILESEXTRAPATHS:prepend := "${THISDIR}/../../..:"
+SRC_URI = "file://updater"
+
+S = "${WORKDIR}/updater"
+
+inherit python_setuptools_build_meta systemd
+
+do_install:append() {
+    install -d ${D}${systemd_system_unitdir}
+    install -m 0644 ${S}/systemd/gpu-k8s-update-gate.service ${D}${systemd_system_unitdir}/
+}
+
+# Standard library only. Packages per oe-core's python3 manifest: argparse, subprocess,
+# urllib (core), dataclasses (profile), http.client (netclient), socket (io), shlex (shell).
+# mender-update brings the bootloader environment tools (fw_printenv or grub-mender-grubenv).
+RDEPENDS:${PN} = " \
+    mender-update \
+    python3-core \
+    python3-io \
+    python3-json \
+    python3-logging \
+    python3-netclient \
+    python3-profile \
+    python3-shell \
+"
+
+SYSTEMD_SERVICE:${PN} = "gpu-k8s-update-gate.service"
+SYSTEMD_AUTO_ENABLE:${PN} = "enable"
