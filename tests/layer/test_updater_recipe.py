@@ -77,7 +77,9 @@ def test_agent_uses_the_standard_library_only_and_the_recipe_ships_every_part_of
     rdepends = set(parse(recipe()).words("RDEPENDS", "${PN}"))
     missing = sorted({STDLIB_PACKAGE[m] for m in imports} - rdepends)
     assert not missing, f"RDEPENDS lacks {missing}"
-    assert "mender-update" in rdepends, "the agent drives mender-update (which brings fw_printenv/grubenv)"
+    assert "mender-update" not in rdepends, "without meta-mender nothing provides it: only with the A/B opt-in"
+    mender = parse(recipe()).words("RDEPENDS", "${PN}", "append", "gpu-k8s-mender")
+    assert mender == ["mender-update"], "the agent drives mender-update (which brings fw_printenv/grubenv)"
 
 
 def test_gate_unit_is_installed_enabled_and_runs_the_console_script():

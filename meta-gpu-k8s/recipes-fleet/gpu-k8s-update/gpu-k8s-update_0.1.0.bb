@@ -24,9 +24,7 @@ do_install:append() {
 
 # Standard library only. Packages per oe-core's python3 manifest: argparse, subprocess,
 # urllib (core), dataclasses (profile), http.client (netclient), socket (io), shlex (shell).
-# mender-update brings the bootloader environment tools (fw_printenv or grub-mender-grubenv).
 RDEPENDS:${PN} = " \
-    mender-update \
     python3-core \
     python3-io \
     python3-json \
@@ -35,6 +33,13 @@ RDEPENDS:${PN} = " \
     python3-profile \
     python3-shell \
 "
+
+# The agent drives mender-update, which brings the bootloader environment tools (fw_printenv
+# or grub-mender-grubenv). Only where the A/B opt-in (gpu_k8s_mender class, its
+# gpu-k8s-mender override) pulls in meta-mender: elsewhere nothing provides it, and the
+# layer must still resolve every recipe (bitbake world, yocto-check-layer).
+# nooelint: oelint.vars.specific - gpu-k8s-mender is a DISTROOVERRIDES entry (the A/B opt-in), not a machine
+RDEPENDS:${PN}:append:gpu-k8s-mender = " mender-update"
 
 SYSTEMD_SERVICE:${PN} = "gpu-k8s-update-gate.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
