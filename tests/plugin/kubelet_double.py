@@ -64,7 +64,7 @@ class PluginEndpoint:
         with self._cond:
             return dict(self.updates[-1]) if self.updates else {}
 
-    def wait_for(self, predicate: Callable[[dict[str, str]], bool], timeout: float = 5.0) -> dict[str, str]:
+    def wait_for(self, predicate: Callable[[dict[str, str]], bool], timeout: float = 15.0) -> dict[str, str]:
         deadline = time.monotonic() + timeout
         with self._cond:
             while not (self.updates and predicate(self.updates[-1])):
@@ -176,7 +176,9 @@ class KubeletDouble:
             if name != "kubelet_internal_checkpoint" and stat.S_ISSOCK(os.lstat(path).st_mode):
                 os.unlink(path)
 
-    def wait_registered(self, resource: str = "nvidia.com/gpu", count: int = 1, timeout: float = 5.0) -> PluginEndpoint:
+    def wait_registered(
+        self, resource: str = "nvidia.com/gpu", count: int = 1, timeout: float = 15.0
+    ) -> PluginEndpoint:
         deadline = time.monotonic() + timeout
         with self.registered:
             while sum(1 for r in self.registrations if r[0] == resource) < count:
