@@ -23,6 +23,9 @@ UPSTREAM = {
     "meta-openembedded": ("https://git.openembedded.org/meta-openembedded", "kirkstone"),
     "meta-virtualization": ("https://git.yoctoproject.org/meta-virtualization", "kirkstone"),
     "meta-tegra": ("https://github.com/OE4T/meta-tegra.git", "kirkstone-l4t-r32.7.x"),
+    # issue 9: Mender A/B (docs/layer.md)
+    "meta-mender": ("https://github.com/mendersoftware/meta-mender.git", "kirkstone"),
+    "meta-mender-community": ("https://github.com/mendersoftware/meta-mender-community.git", "kirkstone"),
 }
 EXPECTED_MACHINE = {
     "jetson-nano.yml": "jetson-nano-devkit",
