@@ -31,6 +31,15 @@ RDEPENDS:${PN}:append:tegra = " \
 "
 RDEPENDS:${PN}:append:qemuall = " gpu-k8s-preload-images"
 
+# A/B updates (classes/gpu_k8s_mender.bbclass): node state on the data partition, the
+# hardware watchdog, the images rollout jobs run; on servers the controller's manifest.
+RDEPENDS:${PN}:append:gpu-k8s-mender = " \
+    gpu-k8s-data \
+    gpu-k8s-system-upgrade-images \
+    gpu-k8s-watchdog \
+    ${@'gpu-k8s-system-upgrade' if d.getVar('GPU_K8S_K3S_ROLE') == 'server' else ''} \
+"
+
 # Kernel modules k3s modprobes at start (br_netfilter: bridged pod traffic through
 # iptables, without it pod -> ClusterIP on the same node, DNS included, breaks; ip_set and
 # xt_set: the network policy controller). The layer's k3s recommends them too; named here

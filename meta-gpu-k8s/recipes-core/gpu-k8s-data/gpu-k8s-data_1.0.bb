@@ -1,0 +1,38 @@
+SUMMARY = "Keeps docker, k3s and node identity on the data partition across A/B updates"
+DESCRIPTION = "A oneshot unit that binds /data/gpu-k8s/<name> over /var/lib/docker, \
+/var/lib/rancher/k3s, /etc/rancher/node, /var/lib/kubelet and /var/lib/gpu-k8s before docker \
+and k3s start, seeding each from the image on first boot; docker and k3s require it."
+HOMEPAGE = "https://github.com/meta-gpu-k8s/meta-gpu-k8s"
+LICENSE = "MIT"
+# nooelint: oelint.var.licenseremotefile - no upstream source: our own scripts, MIT
+LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"
+
+SRC_URI = "file://gpu-k8s-data.sh \
+           file://gpu-k8s-data.service \
+           file://persist.list \
+           file://10-gpu-k8s-data.conf \
+"
+
+S = "${WORKDIR}"
+
+inherit allarch systemd
+
+GPU_K8S_DATA_REQUIRED_BY = "docker.service k3s.service k3s-agent.service"
+
+do_install() {
+    install -d ${D}${libexecdir} ${D}${datadir}/gpu-k8s ${D}${systemd_system_unitdir}
+    install -m 0755 ${WORKDIR}/gpu-k8s-data.sh ${D}${libexecdir}/gpu-k8s-data
+    install -m 0644 ${WORKDIR}/persist.list ${D}${datadir}/gpu-k8s/persist.list
+    install -m 0644 ${WORKDIR}/gpu-k8s-data.service ${D}${systemd_system_unitdir}/
+    sed -i -e 's#@DATADIR@#${datadir}#g' ${D}${libexecdir}/gpu-k8s-data \
+        ${D}${systemd_system_unitdir}/gpu-k8s-data.service
+    sed -i -e 's#@LIBEXECDIR@#${libexecdir}#g' ${D}${systemd_system_unitdir}/gpu-k8s-data.service
+    for unit in ${GPU_K8S_DATA_REQUIRED_BY}; do
+        install -d ${D}${systemd_system_unitdir}/$unit.d
+        install -m 0644 ${WORKDIR}/10-gpu-k8s-data.conf ${D}${systemd_system_unitdir}/$unit.d/
+    done
+}
+
+FILES:${PN} += "${datadir}/gpu-k8s ${systemd_system_unitdir}"
+
+SYSTEMD_SERVICE:${PN} = "gpu-k8s-data.service"

@@ -1,0 +1,80 @@
+SUMMARY = "system-upgrade-controller for k3s servers and the images rollout jobs run"
+DESCRIPTION = "The system-upgrade-controller manifest that k3s auto-deploys on server \
+nodes (main package). The -images package: loads into docker, before k3s starts, the upgrade image \
+(localhost/gpu-k8s-upgrade:latest, busybox; its job runs chroot /host gpu-k8s-update) and, \
+when the build was given them, the controller and kubectl images, so air-gapped fleets update."
+HOMEPAGE = "https://github.com/rancher/system-upgrade-controller"
+LICENSE = "MIT"
+# nooelint: oelint.var.licenseremotefile - our own manifest and scripts, MIT; the controller's images are not built here
+LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda2f7b4f302"
+
+SRC_URI = "file://system-upgrade-controller.yaml \
+           file://gpu-k8s-k3s-manifests.service \
+           file://gpu-k8s-fleet-images.sh \
+           file://gpu-k8s-fleet-images.service \
+"
+
+S = "${WORKDIR}"
+
+inherit systemd
+
+# The upgrade image's rootfs is built for this machine.
+PACKAGE_ARCH = "${MACHINE_ARCH}"
+
+GPU_K8S_SUC_IMAGE ?= "rancher/system-upgrade-controller:v${PV}"
+# The kubectl image v0.20.1 uses for cordon and drain.
+GPU_K8S_SUC_KUBECTL_IMAGE ?= "rancher/kubectl:v1.30.3"
+GPU_K8S_UPGRADE_IMAGE ?= "localhost/gpu-k8s-upgrade:latest"
+GPU_K8S_UPGRADE_ROOTFS ?= "gpu-k8s-smoke-container"
+# Air-gapped fleets: a `docker save` archive of the two images above, made on a host with a
+# registry (docs/layer.md), and its sha256. Without it, nodes pull them on first use.
+GPU_K8S_FLEET_IMAGES_ARCHIVE ?= ""
+GPU_K8S_FLEET_IMAGES_SHA256 ?= ""
+
+do_install[depends] += "${GPU_K8S_UPGRADE_ROOTFS}:do_image_complete"
+do_install[file-checksums] += "${@'%s:True' % d.getVar('GPU_K8S_FLEET_IMAGES_ARCHIVE') if d.getVar('GPU_K8S_FLEET_IMAGES_ARCHIVE') else ''}"
+do_install() {
+    install -d ${D}${datadir}/gpu-k8s/k3s-manifests ${D}${datadir}/gpu-k8s/images/fleet
+    sed -e 's#@SUC_IMAGE@#${GPU_K8S_SUC_IMAGE}#g' \
+        -e 's#@SUC_VERSION@#v${PV}#g' \
+        -e 's#@KUBECTL_IMAGE@#${GPU_K8S_SUC_KUBECTL_IMAGE}#g' \
+        ${WORKDIR}/system-upgrade-controller.yaml \
+        > ${D}${datadir}/gpu-k8s/k3s-manifests/system-upgrade-controller.yaml
+    chmod 0644 ${D}${datadir}/gpu-k8s/k3s-manifests/system-upgrade-controller.yaml
+
+    install -m 0644 ${DEPLOY_DIR_IMAGE}/${GPU_K8S_UPGRADE_ROOTFS}-${MACHINE}.tar.bz2 \
+        ${D}${datadir}/gpu-k8s/images/gpu-k8s-upgrade.tar.bz2
+    archive="${GPU_K8S_FLEET_IMAGES_ARCHIVE}"
+    if [ -n "$archive" ]; then
+        if [ ! -f "$archive" ]; then
+            bbfatal "GPU_K8S_FLEET_IMAGES_ARCHIVE names $archive, which is not a file (make it with docker save, docs/layer.md)"
+        fi
+        actual=$(sha256sum "$archive" | cut -d' ' -f1)
+        if [ "$actual" != "${GPU_K8S_FLEET_IMAGES_SHA256}" ]; then
+            bbfatal "$archive has sha256 $actual, GPU_K8S_FLEET_IMAGES_SHA256 says '${GPU_K8S_FLEET_IMAGES_SHA256}': set it to the archive's sha256"
+        fi
+        install -m 0644 "$archive" ${D}${datadir}/gpu-k8s/images/fleet/system-upgrade-controller.tar
+    fi
+
+    install -d ${D}${libexecdir} ${D}${systemd_system_unitdir}
+    install -m 0755 ${WORKDIR}/gpu-k8s-fleet-images.sh ${D}${libexecdir}/gpu-k8s-fleet-images
+    sed -i -e 's#@DATADIR@#${datadir}#g' -e 's#@UPGRADE_IMAGE@#${GPU_K8S_UPGRADE_IMAGE}#g' \
+        ${D}${libexecdir}/gpu-k8s-fleet-images
+    install -m 0644 ${WORKDIR}/gpu-k8s-fleet-images.service ${WORKDIR}/gpu-k8s-k3s-manifests.service \
+        ${D}${systemd_system_unitdir}/
+    sed -i -e 's#@DATADIR@#${datadir}#g' -e 's#@LIBEXECDIR@#${libexecdir}#g' \
+        ${D}${systemd_system_unitdir}/gpu-k8s-fleet-images.service \
+        ${D}${systemd_system_unitdir}/gpu-k8s-k3s-manifests.service
+}
+
+PACKAGES =+ "${PN}-images"
+SYSTEMD_PACKAGES = "${PN} ${PN}-images"
+SYSTEMD_SERVICE:${PN} = "gpu-k8s-k3s-manifests.service"
+SYSTEMD_SERVICE:${PN}-images = "gpu-k8s-fleet-images.service"
+
+FILES:${PN} += "${datadir}/gpu-k8s/k3s-manifests ${systemd_system_unitdir}/gpu-k8s-k3s-manifests.service"
+FILES:${PN}-images += "${datadir}/gpu-k8s/images ${libexecdir}/gpu-k8s-fleet-images \
+                      ${systemd_system_unitdir}/gpu-k8s-fleet-images.service"
+
+RDEPENDS:${PN} = "${PN}-images"
+RDEPENDS:${PN}-images = "docker"

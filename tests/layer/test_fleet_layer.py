@@ -1,0 +1,397 @@
+"""Issue 9, the layer half: Mender A/B kas includes and pins, the opt-in class, node state
+on the data partition, the watchdog, artifact signing, the system-upgrade-controller."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from bbfile import parse
+from layer_paths import KAS, LAYER, REPO
+from test_kas import merged
+
+sys.path.insert(0, str(LAYER / "lib"))
+from gpu_k8s.signing import signing_problems
+
+CLASS = LAYER / "classes/gpu_k8s_mender.bbclass"
+DATA_DIR = LAYER / "recipes-core/gpu-k8s-data"
+SUC_DIR = LAYER / "recipes-fleet/gpu-k8s-system-upgrade"
+MENDER_PIN = "0dd0a7d12ab8c435d1164dfc441ecfa3669a922a"
+COMMUNITY_PIN = "1d98cc9391e57a6f9cdf8df9cfc6f266b85dca6c"
+
+
+# ---------------------------------------------------------------- kas
+
+
+@pytest.mark.parametrize(
+    ("name", "mender_layers", "community"),
+    [
+        ("jetson-nano.yml", {"meta-mender-core"}, True),
+        ("x86-64.yml", {"meta-mender-core"}, False),
+        ("qemu-x86-64.yml", {"meta-mender-core", "meta-mender-qemu"}, False),
+    ],
+)
+def test_each_build_gets_the_mender_layers_its_machine_needs(name, mender_layers, community):
+    repos = merged(KAS / name)["repos"]
+    assert repos["meta-mender"]["commit"] == MENDER_PIN
+    assert set(repos["meta-mender"]["layers"]) == mender_layers
+    if community:
+        assert repos["meta-mender-community"]["commit"] == COMMUNITY_PIN
+        assert set(repos["meta-mender-community"]["layers"]) == {"meta-mender-tegra/meta-mender-tegra-jetpack4"}
+    else:
+        assert "meta-mender-community" not in repos, f"{name}: meta-mender-tegra is for Jetson builds only"
+
+
+@pytest.mark.parametrize("name", ["jetson-nano.yml", "x86-64.yml", "qemu-x86-64.yml"])
+def test_each_build_opts_into_the_ab_class_and_takes_keys_only_from_the_environment(name):
+    conf = merged(KAS / name)
+    text = "\n".join(conf["local_conf_header"].values())
+    assert re.search(r'^INHERIT \+= "gpu_k8s_mender"$', text, re.M), f"{name}: no INHERIT of gpu_k8s_mender"
+    assert "KEY" not in text, f"{name}: signing keys belong in the environment or site.conf, not a kas file"
+    env = conf.get("env", {})
+    for var in ("MENDER_ARTIFACT_SIGNING_KEY", "MENDER_ARTIFACT_VERIFY_KEY", "GPU_K8S_VERSION"):
+        assert var in env and env[var] is None, f"{name}: {var} must pass through from the environment, unset"
+
+
+def test_no_file_in_the_repository_is_a_private_key():
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    for rel in tracked.split():
+        path = REPO / rel
+        if path.is_file() and path.stat().st_size < 1_000_000:
+            assert b"PRIVATE KEY-----" not in path.read_bytes() or rel.startswith("tests/"), f"{rel} holds a key"
+
+
+# ---------------------------------------------------------------- the opt-in class
+
+
+def class_assignments() -> dict[str, str]:
+    bb = parse(CLASS)
+    return {":".join((a.var, *a.overrides)): a.value for a in bb.assignments}
+
+
+def test_the_class_builds_on_mender_full_and_tegra_setup_only_on_jetson():
+    text = CLASS.read_text()
+    assert re.search(r"^inherit mender-full$", text, re.M)
+    tegra = re.search(r"^inherit \$\{@'tegra-mender-setup' if 'tegra' in .*MACHINEOVERRIDES", text, re.M)
+    assert tegra, "tegra-mender-setup must only be inherited on tegra machines (x86 builds lack the layer)"
+
+
+def test_the_jetson_initramfs_images_keep_their_own_image_types():
+    values = class_assignments()
+    assert values["IMAGE_FSTYPES:pn-tegra-minimal-initramfs:tegra"] == "${INITRAMFS_FSTYPES}"
+    assert values["IMAGE_FSTYPES:pn-tegra-initrd-flash-initramfs:tegra"] == "${TEGRA_INITRD_FLASH_INITRAMFS_FSTYPES}"
+
+
+def test_x86_64_partitions_are_found_by_distinct_fixed_partuuids():
+    values = class_assignments()
+    assert "mender-partuuid" in values["MENDER_FEATURES_ENABLE:append:genericx86-64"].split()
+    assert values["MENDER_STORAGE_DEVICE:genericx86-64"] == "", "mender warns when a device is set with partuuid"
+    parts = [values[f"MENDER_{p}:genericx86-64"] for p in ("BOOT_PART", "ROOTFS_PART_A", "ROOTFS_PART_B", "DATA_PART")]
+    ids = [p.removeprefix("/dev/disk/by-partuuid/") for p in parts]
+    assert all(p.startswith("/dev/disk/by-partuuid/") for p in parts)
+    assert len({str(uuid.UUID(i)) for i in ids}) == 4
+
+
+def test_disk_sizes_leave_room_for_two_root_slots_and_container_images():
+    values = class_assignments()
+    for machine in ("genericx86-64", "qemux86-64"):
+        total = int(values[f"MENDER_STORAGE_TOTAL_SIZE_MB_DEFAULT:{machine}"])
+        data = int(values[f"MENDER_DATA_PART_SIZE_MB_DEFAULT:{machine}"])
+        root_slot = (total - 16 - data) // 2  # 16 MiB EFI partition
+        assert root_slot >= 1536, f"{machine}: a root slot of {root_slot} MiB is too small for the node image"
+        assert data >= 1024, f"{machine}: the data partition holds docker's images, {data} MiB is too small"
+    assert int(values["MENDER_DATA_PART_SIZE_MB_DEFAULT:tegra"]) >= 3072
+
+
+def test_standalone_mode_keeps_the_mender_daemons_off():
+    values = class_assignments()
+    assert values["SYSTEMD_AUTO_ENABLE:pn-mender"] == "disable"
+    assert values["PREFERRED_RPROVIDER_mender-update"] == "mender", "the C++ client has the mender-update command"
+
+
+def test_the_artifact_name_is_the_release_version():
+    values = class_assignments()
+    assert values["MENDER_ARTIFACT_NAME"] == "${GPU_K8S_VERSION}"
+
+
+def test_signing_is_checked_before_the_rootfs_and_the_artifact_are_made():
+    text = CLASS.read_text()
+    assert re.search(r"^do_rootfs\[prefuncs\] \+= .*gpu_k8s_check_artifact_signing", text, re.M)
+    assert re.search(r'^do_image_mender\[prefuncs\] \+= "gpu_k8s_check_artifact_signing"$', text, re.M)
+    values = class_assignments()
+    assert values["GPU_K8S_ARTIFACT_SIGNING"] == "required"
+    assert values["GPU_K8S_ARTIFACT_SIGNING:pn-gpu-k8s-image-dev"] == "optional"
+
+
+def test_adding_the_layer_alone_changes_no_other_recipe():
+    # Without INHERIT += "gpu_k8s_mender" the gpu-k8s-mender override is never set.
+    for append in LAYER.rglob("recipes-kernel/watchdog/*.bbappend"):
+        for a in parse(append).assignments:
+            assert "gpu-k8s-mender" in a.overrides, f"{append.name}: {a.var} applies without the opt-in"
+    pg = parse(LAYER / "recipes-core/packagegroups/packagegroup-gpu-k8s.bb")
+    ab = pg.words("RDEPENDS", "${PN}", "append", "gpu-k8s-mender")
+    assert {"gpu-k8s-data", "gpu-k8s-watchdog", "gpu-k8s-system-upgrade-images"} <= set(ab)
+    assert not {"gpu-k8s-data", "gpu-k8s-watchdog"} & set(pg.words("RDEPENDS", "${PN}"))
+
+
+# ---------------------------------------------------------------- watchdog
+
+
+def test_systemd_arms_the_hardware_watchdog():
+    conf = configparser.ConfigParser()
+    conf.read(LAYER / "recipes-core/gpu-k8s-watchdog/files/60-gpu-k8s-watchdog.conf")
+    runtime = conf["Manager"]["RuntimeWatchdogSec"]
+    assert runtime.endswith("s") and 0 < int(runtime[:-1]) <= 60, "reset a hung node within a minute"
+    assert conf["Manager"]["RebootWatchdogSec"]
+    recipe = parse(LAYER / "recipes-core/gpu-k8s-watchdog/gpu-k8s-watchdog_1.0.bb")
+    assert "${systemd_unitdir}/system.conf.d" in recipe.tasks["do_install"], "a vendor drop-in, not /etc"
+
+
+def test_the_qemu_kernel_has_the_watchdog_the_smoke_test_adds():
+    cfg = (LAYER / "recipes-kernel/watchdog/files/gpu-k8s-watchdog-x86.cfg").read_text()
+    assert re.search(r"^CONFIG_I6300ESB_WDT=y$", cfg, re.M)
+    append = parse(LAYER / "recipes-kernel/watchdog/linux-yocto_%.bbappend")
+    assert "file://gpu-k8s-watchdog-x86.cfg" in append.words("SRC_URI", "append", "gpu-k8s-mender", "x86-64")
+
+
+# ---------------------------------------------------------------- node state on /data
+
+
+def persist_list() -> dict[str, str]:
+    entries = {}
+    for line in (DATA_DIR / "files/persist.list").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, path = line.split()
+            entries[name] = path
+    return entries
+
+
+def test_everything_a_slot_switch_must_keep_is_on_the_data_partition():
+    paths = set(persist_list().values())
+    assert {"/var/lib/docker", "/var/lib/rancher/k3s", "/etc/rancher/node", "/var/lib/gpu-k8s"} <= paths
+
+
+def test_docker_and_k3s_never_start_without_their_state_bound():
+    unit = configparser.ConfigParser(strict=False)
+    unit.read(DATA_DIR / "files/gpu-k8s-data.service")
+    before = unit["Unit"]["Before"].split()
+    assert {"docker.service", "k3s.service", "k3s-agent.service", "local-fs.target"} <= set(before)
+    assert unit["Unit"]["RequiresMountsFor"] == "/data"
+    dropin = configparser.ConfigParser()
+    dropin.read(DATA_DIR / "files/10-gpu-k8s-data.conf")
+    assert dropin["Unit"]["Requires"] == "gpu-k8s-data.service"
+    recipe = parse(DATA_DIR / "gpu-k8s-data_1.0.bb")
+    assert set(recipe.words("GPU_K8S_DATA_REQUIRED_BY")) == {"docker.service", "k3s.service", "k3s-agent.service"}
+    assert "${systemd_system_unitdir}/$unit.d" in recipe.tasks["do_install"], "vendor drop-ins, not /etc"
+
+
+class DataRun:
+    """The real gpu-k8s-data script under a root prefix, with a mount that only records."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.root = tmp_path / "root"
+        self.root.mkdir()
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        self.calls = tmp_path / "mount.calls"
+        fake_mount = bin_dir / "mount"
+        fake_mount.write_text(f'#!/bin/sh\necho "$@" >> {self.calls}\n')
+        fake_mount.chmod(0o755)
+        self.mountinfo = tmp_path / "mountinfo"
+        self.mounted(["/", "/data"])
+        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_K8S_ROOT": str(self.root),
+                    "GPU_K8S_PERSIST_LIST": str(DATA_DIR / "files/persist.list"),
+                    "GPU_K8S_MOUNTINFO": str(self.mountinfo)}
+
+    def mounted(self, points: list[str]) -> None:
+        self.mountinfo.write_text("".join(f"{20 + i} 1 8:1 / {p} rw - ext4 /dev/x rw\n" for i, p in enumerate(points)))
+
+    def run(self) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", str(DATA_DIR / "files/gpu-k8s-data.sh")], env=self.env,
+                              capture_output=True, text=True, timeout=30)
+
+    def mounts(self) -> list[str]:
+        return self.calls.read_text().splitlines() if self.calls.exists() else []
+
+
+def test_first_boot_seeds_the_data_partition_from_the_image_and_binds_it(tmp_path):
+    run = DataRun(tmp_path)
+    shipped = run.root / "var/lib/rancher/k3s/agent/images"
+    shipped.mkdir(parents=True)
+    (shipped / "pause.tar").write_text("image")
+    result = run.run()
+    assert result.returncode == 0, result.stderr
+    seeded = run.root / "data/gpu-k8s/rancher-k3s/agent/images/pause.tar"
+    assert seeded.read_text() == "image", "what the image ships must be on /data before it is hidden"
+    binds = {line.split()[-1]: line.split()[-2] for line in run.mounts()}
+    assert binds[str(run.root / "var/lib/rancher/k3s")] == str(run.root / "data/gpu-k8s/rancher-k3s")
+    assert len(binds) == len(persist_list())
+    assert all(line.startswith("--bind ") for line in run.mounts())
+
+
+def test_a_later_boot_keeps_the_data_partition_copy(tmp_path):
+    run = DataRun(tmp_path)
+    kept = run.root / "data/gpu-k8s/rancher-node"
+    kept.mkdir(parents=True)
+    (kept / "password").write_text("from the first slot")
+    (run.root / "etc/rancher/node").mkdir(parents=True)
+    (run.root / "etc/rancher/node/password").write_text("from the new image")
+    assert run.run().returncode == 0
+    assert (kept / "password").read_text() == "from the first slot"
+
+
+def test_paths_already_bound_are_left_alone(tmp_path):
+    run = DataRun(tmp_path)
+    run.mounted(["/", "/data", *persist_list().values()])
+    result = run.run()
+    assert result.returncode == 0 and run.mounts() == []
+    assert "already bound" in result.stdout
+
+
+def test_without_the_data_partition_nothing_is_bound_and_the_unit_fails(tmp_path):
+    run = DataRun(tmp_path)
+    run.mounted(["/"])
+    result = run.run()
+    assert result.returncode == 1 and run.mounts() == []
+    assert "/data is not mounted" in result.stderr
+    assert not (run.root / "data").exists()
+
+
+# ---------------------------------------------------------------- signing
+
+
+def key_files(tmp_path: Path) -> tuple[str, str]:
+    private, public = tmp_path / "signing.key", tmp_path / "verify.pem"
+    private.write_text("-----BEGIN PRIVATE KEY-----\nMIG...\n-----END PRIVATE KEY-----\n")
+    public.write_text("-----BEGIN PUBLIC KEY-----\nMFk...\n-----END PUBLIC KEY-----\n")
+    return str(private), str(public)
+
+
+def test_a_production_image_without_keys_stops_with_the_fix(tmp_path):
+    problems = signing_problems("required", "", None)
+    assert len(problems) == 1
+    assert "MENDER_ARTIFACT_SIGNING_KEY and MENDER_ARTIFACT_VERIFY_KEY are not set" in problems[0]
+    assert "openssl" in problems[0] and 'GPU_K8S_ARTIFACT_SIGNING = "off"' in problems[0]
+
+
+def test_a_key_pair_passes(tmp_path):
+    private, public = key_files(tmp_path)
+    assert signing_problems("required", private, public) == []
+    assert signing_problems("optional", private, public) == []
+
+
+def test_a_private_key_is_never_taken_as_the_verify_key(tmp_path):
+    private, _ = key_files(tmp_path)
+    problems = signing_problems("required", private, private)
+    assert any("is a private key and would be copied into the image" in p for p in problems)
+
+
+def test_keys_that_do_not_exist_are_named(tmp_path):
+    problems = signing_problems("required", str(tmp_path / "nope.key"), str(tmp_path / "nope.pem"))
+    assert any("nope.key, which is not a file" in p for p in problems)
+    assert any("nope.pem, which is not a file" in p for p in problems)
+
+
+def test_the_debug_image_may_go_unsigned_but_not_half_signed(tmp_path):
+    private, _ = key_files(tmp_path)
+    assert signing_problems("optional", "", "") == []
+    assert signing_problems("off", "", "") == []
+    half = signing_problems("optional", private, "")
+    assert half == ["MENDER_ARTIFACT_SIGNING_KEY is set but MENDER_ARTIFACT_VERIFY_KEY is not: set both, or neither"]
+
+
+def test_an_unknown_signing_mode_is_refused():
+    assert signing_problems("sometimes", "", "") == [
+        'GPU_K8S_ARTIFACT_SIGNING must be one of required, optional, off, got "sometimes"'
+    ]
+
+
+# ---------------------------------------------------------------- system-upgrade-controller
+
+
+def rendered_manifest() -> list[dict]:
+    recipe = parse(next(SUC_DIR.glob("gpu-k8s-system-upgrade_*.bb")))
+    version = recipe.path.stem.split("_")[1]
+    text = (SUC_DIR / "files/system-upgrade-controller.yaml").read_text()
+    text = text.replace("@SUC_IMAGE@", recipe.value("GPU_K8S_SUC_IMAGE").replace("${PV}", version))
+    text = text.replace("@SUC_VERSION@", f"v{version}")
+    text = text.replace("@KUBECTL_IMAGE@", recipe.value("GPU_K8S_SUC_KUBECTL_IMAGE"))
+    assert "@" not in re.sub(r"#.*", "", text.replace("fieldPath: \"metadata.labels['upgrade", "")), "unfilled"
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def test_the_controller_is_v0_20_1_the_line_for_k3s_1_36():
+    (deploy,) = [d for d in rendered_manifest() if d["kind"] == "Deployment"]
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "rancher/system-upgrade-controller:v0.20.1"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+
+
+def test_jobs_never_pull_the_preloaded_upgrade_image():
+    (env,) = [d for d in rendered_manifest() if d["kind"] == "ConfigMap"]
+    assert env["data"]["SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY"] == "IfNotPresent"
+    assert int(env["data"]["SYSTEM_UPGRADE_JOB_ACTIVE_DEADLINE_SECONDS"]) >= 1800, "a Nano writes a GB to SD"
+    assert env["data"]["SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE"].startswith("rancher/kubectl:")
+
+
+def test_the_controller_may_register_its_crd_and_drain_nodes():
+    roles = {d["metadata"]["name"]: d for d in rendered_manifest() if d["kind"] == "ClusterRole"}
+    rules = roles["system-upgrade-controller"]["rules"]
+    assert any("customresourcedefinitions" in r["resources"] and "create" in r["verbs"] for r in rules)
+    drainer = roles["system-upgrade-controller-drainer"]["rules"]
+    assert any("pods/eviction" in r["resources"] for r in drainer)
+    bindings = [d for d in rendered_manifest() if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert all(s["namespace"] == "system-upgrade" for b in bindings for s in b["subjects"])
+
+
+def test_the_manifest_ships_only_to_servers_and_the_images_to_every_node():
+    pg = parse(LAYER / "recipes-core/packagegroups/packagegroup-gpu-k8s.bb")
+    words = pg.words("RDEPENDS", "${PN}", "append", "gpu-k8s-mender")
+    assert "gpu-k8s-system-upgrade-images" in words
+    assert "${@'gpu-k8s-system-upgrade' if d.getVar('GPU_K8S_K3S_ROLE') == 'server' else ''}" in " ".join(words)
+
+
+def fake_docker(tmp_path: Path, present: bool) -> tuple[dict, Path]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "docker.calls"
+    (bin_dir / "docker").write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1 $2" = "image inspect" ] && exit {0 if present else 1}\nexit 0\n'
+    )
+    (bin_dir / "docker").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, calls
+
+
+def fleet_images_script(tmp_path: Path, archives: list[str]) -> Path:
+    images = tmp_path / "share/gpu-k8s/images"
+    (images / "fleet").mkdir(parents=True)
+    for name in archives:
+        (images / "fleet" / name).write_text("archive")
+    script = tmp_path / "gpu-k8s-fleet-images"
+    text = (SUC_DIR / "files/gpu-k8s-fleet-images.sh").read_text()
+    script.write_text(text.replace("@DATADIR@", str(tmp_path / "share"))
+                      .replace("@UPGRADE_IMAGE@", "localhost/gpu-k8s-upgrade:latest"))
+    return script
+
+
+def test_the_upgrade_image_is_imported_once_and_archives_are_loaded(tmp_path):
+    script = fleet_images_script(tmp_path, ["system-upgrade-controller.tar"])
+    env, calls = fake_docker(tmp_path, present=False)
+    assert subprocess.run(["sh", str(script)], env=env, capture_output=True, timeout=30).returncode == 0
+    lines = calls.read_text().splitlines()
+    assert any(line.startswith("import ") and line.endswith("localhost/gpu-k8s-upgrade:latest") for line in lines)
+    assert any(line.startswith("load --input ") and "system-upgrade-controller.tar" in line for line in lines)
+
+
+def test_an_upgrade_image_already_there_is_not_imported_again(tmp_path):
+    script = fleet_images_script(tmp_path, [])
+    env, calls = fake_docker(tmp_path, present=True)
+    assert subprocess.run(["sh", str(script)], env=env, capture_output=True, timeout=30).returncode == 0
+    assert not [line for line in calls.read_text().splitlines() if line.startswith(("import", "load"))]
