@@ -204,7 +204,8 @@ def flash(
 @task(
     auto_shortflags=False,
     help={
-        "image": "rootfs .ext4 to boot in QEMU (default: the qemu build's gpu-k8s-image-dev)",
+        "image": "A/B disk (.uefiimg, booted with the OVMF beside it) or rootfs .ext4 to boot in QEMU "
+        "(default: the qemu build's gpu-k8s-image-dev)",
         "kernel": "kernel to boot (default: bzImage beside the image)",
         "initrd": "initramfs to pass to QEMU (not needed for our images)",
         "kernel-args": "extra kernel command line arguments",

@@ -52,6 +52,9 @@ class QemuConfig:
     extra_kernel_args: str = ""
     qemu_binary: str = "qemu-system-x86_64"
     nic_model: str = "virtio-net-pci"  # what the image's kernel has built in
+    # (code, variables) OVMF flash images: boot `rootfs` as a whole UEFI disk (the A/B
+    # .uefiimg: GRUB picks the slot) instead of handing QEMU the kernel.
+    firmware: tuple[Path, Path] | None = None
 
 
 def kvm_usable(device: Path = Path("/dev/kvm")) -> bool:
@@ -203,9 +206,6 @@ def qemu_command(config: QemuConfig) -> list[str]:
         raise QemuError(
             f"--memory-mib must be at least {MIN_MEMORY_MIB} (k3s needs it), got {config.memory_mib}"
         )
-    append = "root=/dev/vda rw console=ttyS0"
-    if config.extra_kernel_args:
-        append += " " + config.extra_kernel_args
     argv = [
         config.qemu_binary,
         "-name", "gpu-k8s-smoke",
@@ -215,16 +215,32 @@ def qemu_command(config: QemuConfig) -> list[str]:
         "-nographic",
         "-monitor", "none",
         "-serial", f"file:{config.console_log}",
-        "-kernel", str(config.kernel),
     ]
-    if config.initrd is not None:
-        argv += ["-initrd", str(config.initrd)]
+    if config.firmware is not None:
+        if config.initrd is not None or config.extra_kernel_args:
+            raise QemuError("a UEFI disk boots its own kernel: --initrd and --kernel-args do not apply to it")
+        code, variables = config.firmware
+        # -snapshot below also keeps the firmware's variable store unchanged.
+        argv += [
+            "-drive", f"if=pflash,format=qcow2,unit=0,readonly=on,file={code}",
+            "-drive", f"if=pflash,format=qcow2,unit=1,file={variables}",
+        ]
+    else:
+        append = "root=/dev/vda rw console=ttyS0"
+        if config.extra_kernel_args:
+            append += " " + config.extra_kernel_args
+        argv += ["-kernel", str(config.kernel)]
+        if config.initrd is not None:
+            argv += ["-initrd", str(config.initrd)]
+        argv += ["-append", append]
     argv += [
-        "-append", append,
         "-drive", f"file={config.rootfs},if=virtio,format=raw",
         "-snapshot",
         "-netdev", f"user,id=net0,hostfwd=tcp:127.0.0.1:{config.ssh_port}-:22",
         "-device", f"{config.nic_model},netdev=net0",
+        # The hardware watchdog the A/B images arm: a hung guest is reset, which
+        # -no-reboot turns into QEMU exiting instead of a silent reboot loop.
+        "-device", "i6300esb",
         "-no-reboot",
     ]
     return argv

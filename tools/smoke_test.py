@@ -24,6 +24,8 @@ UNITS = ("docker", "k3s", "gpu-device-plugin")
 # The QEMU image also imports the smoke and pause images into docker at boot (oneshot,
 # before k3s); when it fails, pods wait for images forever, so say so up front.
 QEMU_UNITS = (*UNITS, "gpu-k8s-preload-images")
+# The A/B image binds node state from /data first and loads the rollout images into docker.
+QEMU_AB_UNITS = (*QEMU_UNITS, "gpu-k8s-data", "gpu-k8s-fleet-images")
 GPU_RESOURCE = "nvidia.com/gpu"
 SMOKE_IMAGE = "localhost/gpu-k8s-smoke:latest"
 POD_LABEL = "gpu-k8s-smoke"
@@ -414,7 +416,7 @@ class SmokeChecks:
 
 @dataclass(frozen=True)
 class SmokeOptions:
-    image: Path | None = None  # rootfs .ext4; default from the qemu build
+    image: Path | None = None  # .uefiimg (A/B disk) or rootfs .ext4; default from the qemu build
     kernel: Path | None = None
     initrd: Path | None = None
     host: str | None = None  # user@ip of a real board: no QEMU
@@ -434,16 +436,36 @@ class SmokeOptions:
 
 
 def find_qemu_image(environ: Mapping[str, str]) -> tuple[Path, Path]:
-    """(rootfs, kernel) of the default image from `./task build` (machine qemu)."""
+    """(disk or rootfs, kernel) of the default image from `./task build` (machine qemu):
+    the A/B .uefiimg when the build made one (it boots through GRUB like a fleet node),
+    else the ext4 root filesystem."""
     options = BuildOptions(machine="qemu")
     directory = deploy_dir(options, kas_environment(options, environ))
     image = machine_target("qemu").default_image
-    for name in (f"{image}-qemux86-64.rootfs.ext4", f"{image}-qemux86-64.ext4"):
+    for name in (f"{image}-qemux86-64.uefiimg", f"{image}-qemux86-64.rootfs.ext4", f"{image}-qemux86-64.ext4"):
         if (directory / name).exists():
             return directory / name, directory / "bzImage"
     raise SmokeTestError(
-        f"no {image} ext4 image in {directory}; run `./task build` first or pass --image PATH"
+        f"no {image} .uefiimg or ext4 image in {directory}; run `./task build` first or pass --image PATH"
     )
+
+
+OVMF_FILES = ("ovmf.code.qcow2", "ovmf.vars.qcow2")  # what oe-core's ovmf recipe deploys
+
+
+def uefi_firmware(disk: Path) -> tuple[Path, Path] | None:
+    """The OVMF (code, variables) pair deployed beside a .uefiimg; None for a bare root
+    filesystem, which QEMU boots with -kernel."""
+    if disk.suffix != ".uefiimg":
+        return None
+    code, variables = (disk.parent / name for name in OVMF_FILES)
+    missing = [str(path) for path in (code, variables) if not path.is_file()]
+    if missing:
+        raise SmokeTestError(
+            f"{disk.name} boots through UEFI firmware, but {', '.join(missing)} is missing: the "
+            "qemux86-64 build deploys OVMF beside the image (kas/include/mender-qemu.yml)"
+        )
+    return code, variables
 
 
 @contextmanager
@@ -520,9 +542,14 @@ def run_smoke_test(
     if options.memory_mib < qemu.MIN_MEMORY_MIB:  # before the probe: bad input is refused at once
         raise SmokeTestError(f"--memory-mib must be at least {qemu.MIN_MEMORY_MIB} (k3s needs it), "
                              f"got {options.memory_mib}")
+    firmware = uefi_firmware(rootfs)
+    if firmware and options.kernel_args:
+        raise SmokeTestError(f"--kernel-args does not apply to {rootfs.name}: GRUB on the disk sets the kernel "
+                             "command line (boot the .ext4 with --image to pass arguments)")
     log_dir = options.log_dir or rootfs.parent
     settings_for_qemu = dataclasses.replace(
-        _with_gpus(base, options.expected_gpus if options.expected_gpus is not None else 2), units=QEMU_UNITS
+        _with_gpus(base, options.expected_gpus if options.expected_gpus is not None else 2),
+        units=QEMU_AB_UNITS if firmware else QEMU_UNITS,
     )
     with sigterm_as_interrupt():
         if options.kvm is None:
@@ -539,8 +566,11 @@ def run_smoke_test(
             memory_mib=options.memory_mib,
             kvm=accelerator.kvm,
             initrd=options.initrd,
-            extra_kernel_args=" ".join(filter(None, (image_kernel_args(rootfs), options.kernel_args))),
+            # A UEFI disk's GRUB passes the image's kernel arguments itself.
+            extra_kernel_args="" if firmware else " ".join(filter(None, (image_kernel_args(rootfs),
+                                                                         options.kernel_args))),
             nic_model=options.nic_model,
+            firmware=firmware,
         )
         try:
             results, boot_seconds = _boot_and_check(config, options, settings_for_qemu, accelerator)

@@ -48,6 +48,34 @@ def test_qemu_command_line_has_what_the_smoke_test_needs(tmp_path: Path) -> None
     assert f"-serial file:{tmp_path / 'c.log'}" in line
 
 
+def test_a_uefi_disk_boots_through_ovmf_not_a_kernel(tmp_path: Path) -> None:
+    config = qemu.QemuConfig(
+        kernel=Path("bzImage"), rootfs=Path("node.uefiimg"), console_log=tmp_path / "c.log", ssh_port=2345,
+        firmware=(Path("ovmf.code.qcow2"), Path("ovmf.vars.qcow2")),
+    )
+    argv = qemu.qemu_command(config)
+    line = " ".join(argv)
+    assert "-kernel" not in argv and "-append" not in argv, "GRUB on the disk picks the kernel and the A/B slot"
+    assert "if=pflash,format=qcow2,unit=0,readonly=on,file=ovmf.code.qcow2" in line
+    assert "if=pflash,format=qcow2,unit=1,file=ovmf.vars.qcow2" in line
+    assert "file=node.uefiimg,if=virtio,format=raw" in line and "-snapshot" in argv
+
+
+def test_every_boot_has_the_watchdog_the_ab_images_arm(tmp_path: Path) -> None:
+    config = qemu.QemuConfig(kernel=Path("k"), rootfs=Path("r"), console_log=tmp_path / "c", ssh_port=1)
+    argv = qemu.qemu_command(config)
+    assert argv[argv.index("i6300esb") - 1] == "-device" and "-no-reboot" in argv
+
+
+def test_kernel_arguments_for_a_uefi_disk_are_refused(tmp_path: Path) -> None:
+    config = qemu.QemuConfig(
+        kernel=Path("k"), rootfs=Path("d.uefiimg"), console_log=tmp_path / "c", ssh_port=1,
+        firmware=(Path("code"), Path("vars")), extra_kernel_args="quiet",
+    )
+    with pytest.raises(qemu.QemuError, match="UEFI disk boots its own kernel"):
+        qemu.qemu_command(config)
+
+
 def test_without_kvm_the_command_line_asks_for_tcg(tmp_path: Path) -> None:
     config = qemu.QemuConfig(kernel=Path("k"), rootfs=Path("r"), console_log=tmp_path / "c", ssh_port=1, kvm=False)
     line = " ".join(qemu.qemu_command(config))

@@ -245,3 +245,25 @@ def test_qemu_gets_the_kernel_arguments_the_image_asks_for(tmp_path) -> None:
     (tmp_path / "gpu-k8s-image-dev-qemux86-64.qemuboot.conf").write_text("not an ini file\n")
     with pytest.raises(smoke_test.SmokeTestError, match="not a qemuboot.conf"):
         smoke_test.image_kernel_args(rootfs)
+
+
+def test_an_ab_disk_is_booted_with_the_ovmf_deployed_beside_it(tmp_path: Path) -> None:
+    disk = tmp_path / "gpu-k8s-image-dev-qemux86-64.uefiimg"
+    disk.write_bytes(b"")
+    for name in smoke_test.OVMF_FILES:
+        (tmp_path / name).write_bytes(b"")
+    assert smoke_test.uefi_firmware(disk) == (tmp_path / "ovmf.code.qcow2", tmp_path / "ovmf.vars.qcow2")
+    assert smoke_test.uefi_firmware(tmp_path / "rootfs.ext4") is None, "an ext4 root boots with -kernel"
+
+
+def test_an_ab_disk_without_its_firmware_is_refused_naming_the_file(tmp_path: Path) -> None:
+    disk = tmp_path / "node.uefiimg"
+    disk.write_bytes(b"")
+    (tmp_path / "ovmf.code.qcow2").write_bytes(b"")
+    with pytest.raises(smoke_test.SmokeTestError, match="ovmf.vars.qcow2 is missing"):
+        smoke_test.uefi_firmware(disk)
+
+
+def test_the_ab_image_is_checked_for_its_data_and_fleet_units() -> None:
+    assert {"gpu-k8s-data", "gpu-k8s-fleet-images"} <= set(smoke_test.QEMU_AB_UNITS)
+    assert set(smoke_test.QEMU_UNITS) <= set(smoke_test.QEMU_AB_UNITS)
