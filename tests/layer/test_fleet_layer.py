@@ -363,7 +363,8 @@ def fake_docker(tmp_path: Path, present: bool) -> tuple[dict, Path]:
     bin_dir.mkdir()
     calls = tmp_path / "docker.calls"
     (bin_dir / "docker").write_text(
-        f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1 $2" = "image inspect" ] && exit {0 if present else 1}\nexit 0\n'
+        f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1 $2" = "image inspect" ] && exit {0 if present else 1}\n'
+        '[ "$1 $2" = "save -o" ] && echo archive > "$3"\nexit 0\n'
     )
     (bin_dir / "docker").chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, calls
@@ -381,17 +382,51 @@ def fleet_images_script(tmp_path: Path, archives: list[str]) -> Path:
     return script
 
 
+def k3s_config(tmp_path: Path, docker: bool) -> dict:
+    config = tmp_path / "k3s/config.yaml.d"
+    config.mkdir(parents=True)
+    (config / "10-gpu-k8s-runtime.yaml").write_text("docker: true\n" if docker else "default-runtime: nvidia\n")
+    return {"K3S_CONFIG_DIR": str(tmp_path / "k3s"), "K3S_DATA_DIR": str(tmp_path / "k3s-data")}
+
+
 def test_the_upgrade_image_is_imported_once_and_archives_are_loaded(tmp_path):
     script = fleet_images_script(tmp_path, ["system-upgrade-controller.tar"])
     env, calls = fake_docker(tmp_path, present=False)
+    env.update(k3s_config(tmp_path, docker=True))
     assert subprocess.run(["sh", str(script)], env=env, capture_output=True, timeout=30).returncode == 0
     lines = calls.read_text().splitlines()
     assert any(line.startswith("import ") and line.endswith("localhost/gpu-k8s-upgrade:latest") for line in lines)
     assert any(line.startswith("load --input ") and "system-upgrade-controller.tar" in line for line in lines)
 
 
+def test_with_k3s_containerd_the_images_go_where_k3s_imports_them(tmp_path):
+    script = fleet_images_script(tmp_path, ["system-upgrade-controller.tar"])
+    env, calls = fake_docker(tmp_path, present=False)
+    env.update(k3s_config(tmp_path, docker=False))
+    result = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    images = tmp_path / "k3s-data/agent/images"
+    linked = images / "system-upgrade-controller.tar"
+    assert linked.is_symlink() and linked.resolve() == tmp_path / "share/gpu-k8s/images/fleet" / linked.name
+    saves = [line for line in calls.read_text().splitlines() if line.startswith("save ")]
+    assert saves == [f"save -o {images}/gpu-k8s-upgrade.tar.tmp localhost/gpu-k8s-upgrade:latest"]
+    assert not [line for line in calls.read_text().splitlines() if line.startswith("load")]
+
+
 def test_an_upgrade_image_already_there_is_not_imported_again(tmp_path):
     script = fleet_images_script(tmp_path, [])
     env, calls = fake_docker(tmp_path, present=True)
+    env.update(k3s_config(tmp_path, docker=True))
     assert subprocess.run(["sh", str(script)], env=env, capture_output=True, timeout=30).returncode == 0
     assert not [line for line in calls.read_text().splitlines() if line.startswith(("import", "load"))]
+
+
+def test_grub_boots_the_slots_with_the_kernel_arguments_of_the_wic_entry():
+    append = LAYER / "dynamic-layers/mender/recipes-bsp/grub-mender-grubenv/grub-mender-grubenv_%.bbappend"
+    words = parse(append).words("SRC_URI", "append", "gpu-k8s-mender", "x86-64")
+    assert words == ["file://07_gpu_k8s_bootargs_grub.cfg;subdir=git"], "the grubenv Makefile reads NN_*_grub.cfg"
+    cfg = (append.parent / "files/07_gpu_k8s_bootargs_grub.cfg").read_text()
+    image = (LAYER / "recipes-core/images/gpu-k8s-image.inc").read_text()
+    wic_args = re.search(r'^APPEND:append:x86-64 = "([^"]*)"', image, re.M).group(1).split()
+    for arg in wic_args:
+        assert re.search(rf'^set bootargs="\$\{{bootargs\}} .*{re.escape(arg)}', cfg, re.M), f"GRUB lacks {arg}"

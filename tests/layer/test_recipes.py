@@ -45,8 +45,14 @@ def test_layer_is_kirkstone_and_does_not_depend_on_meta_tegra():
 
 def test_tegra_content_is_only_reached_through_bbfiles_dynamic():
     conf = layer_conf_vars()
-    dynamic = conf["BBFILES_DYNAMIC"].split()
-    assert all(entry.startswith("tegra:${LAYERDIR}/dynamic-layers/tegra/") for entry in dynamic)
+    text = (LAYER / "conf/layer.conf").read_text().replace("\\\n", " ")
+    dynamic = [e for v in re.findall(r'^BBFILES_DYNAMIC\s*\+=\s*"([^"]*)"', text, re.M) for e in v.split()]
+    # each other layer's content only when that layer is there: tegra, and mender for the A/B class
+    for entry in dynamic:
+        collection = entry.split(":", 1)[0]
+        assert collection in ("tegra", "mender"), entry
+        assert entry.startswith(f"{collection}:${{LAYERDIR}}/dynamic-layers/{collection}/"), entry
+    assert any(e.startswith("tegra:") for e in dynamic)
     static = conf["BBFILES"].split()
     assert not any("dynamic-layers" in entry for entry in static)
     assert list(TEGRA.rglob("*.bbappend")), "the tegra dynamic layer should hold the linux-tegra append"
