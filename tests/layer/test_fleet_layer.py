@@ -132,9 +132,10 @@ def test_signing_is_checked_before_the_rootfs_and_the_artifact_are_made():
 
 def test_adding_the_layer_alone_changes_no_other_recipe():
     # Without INHERIT += "gpu_k8s_mender" the gpu-k8s-mender override is never set.
-    for append in LAYER.rglob("recipes-kernel/watchdog/*.bbappend"):
-        for a in parse(append).assignments:
-            assert "gpu-k8s-mender" in a.overrides, f"{append.name}: {a.var} applies without the opt-in"
+    for append in (LAYER / "recipes-kernel/watchdog/linux-yocto_%.bbappend",
+                   LAYER / "dynamic-layers/mender/recipes-bsp/grub-mender-grubenv/grub-mender-grubenv_%.bbappend"):
+        assert re.search(r"^inherit \$\{@bb\.utils\.contains\('DISTRO_FEATURES', 'gpu-k8s-mender', ",
+                         append.read_text(), re.M), f"{append.name} must change its recipe only with the A/B class"
     pg = parse(LAYER / "recipes-core/packagegroups/packagegroup-gpu-k8s.bb")
     ab = pg.words("RDEPENDS", "${PN}", "append", "gpu-k8s-mender")
     assert {"gpu-k8s-data", "gpu-k8s-watchdog", "gpu-k8s-system-upgrade-images"} <= set(ab)
@@ -157,8 +158,8 @@ def test_systemd_arms_the_hardware_watchdog():
 def test_the_qemu_kernel_has_the_watchdog_the_smoke_test_adds():
     cfg = (LAYER / "recipes-kernel/watchdog/files/gpu-k8s-watchdog-x86.cfg").read_text()
     assert re.search(r"^CONFIG_I6300ESB_WDT=y$", cfg, re.M)
-    append = parse(LAYER / "recipes-kernel/watchdog/linux-yocto_%.bbappend")
-    assert "file://gpu-k8s-watchdog-x86.cfg" in append.words("SRC_URI", "append", "gpu-k8s-mender", "x86-64")
+    watchdog = parse(LAYER / "classes/gpu_k8s_mender_watchdog.bbclass")
+    assert watchdog.words("SRC_URI", "append", "x86-64") == ["file://gpu-k8s-watchdog-x86.cfg"]
 
 
 # ---------------------------------------------------------------- node state on /data
@@ -423,7 +424,7 @@ def test_an_upgrade_image_already_there_is_not_imported_again(tmp_path):
 
 def test_grub_boots_the_slots_with_the_kernel_arguments_of_the_wic_entry():
     append = LAYER / "dynamic-layers/mender/recipes-bsp/grub-mender-grubenv/grub-mender-grubenv_%.bbappend"
-    words = parse(append).words("SRC_URI", "append", "gpu-k8s-mender", "x86-64")
+    words = parse(LAYER / "classes/gpu_k8s_mender_grubenv.bbclass").words("SRC_URI", "append", "x86-64")
     assert words == ["file://07_gpu_k8s_bootargs_grub.cfg;subdir=git"], "the grubenv Makefile reads NN_*_grub.cfg"
     cfg = (append.parent / "files/07_gpu_k8s_bootargs_grub.cfg").read_text()
     image = (LAYER / "recipes-core/images/gpu-k8s-image.inc").read_text()

@@ -182,8 +182,9 @@ def test_every_bbappend_changes_its_recipe_only_with_the_distro_feature():
         # FILESEXTRAPATHS is in BB_HASHEXCLUDE_COMMON: it changes no signature by itself.
         code = [line for line in code if not re.fullmatch(r'FILESEXTRAPATHS:prepend := "\$\{THISDIR\}/[\w-]+:"', line)]
         assert len(code) == 1, f"{path.name}: only the gated inherit may be outside a class: {code}"
-        m = re.fullmatch(r"inherit \$\{@bb\.utils\.contains\('DISTRO_FEATURES', 'gpu-k8s', '(\w+)', '', d\)\}",
-                         code[0])
+        # gpu-k8s: the node stack; gpu-k8s-mender: the A/B class (classes/gpu_k8s_mender.bbclass)
+        m = re.fullmatch(r"inherit \$\{@bb\.utils\.contains\('DISTRO_FEATURES', 'gpu-k8s(?:-mender)?', "
+                         r"'(\w+)', '', d\)\}", code[0])
         assert m, f"{path.name}: {code[0]!r} is not the distro-feature-gated inherit"
         assert (LAYER / "classes" / f"{m.group(1)}.bbclass").exists()
 

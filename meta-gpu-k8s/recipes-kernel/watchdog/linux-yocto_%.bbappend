@@ -1,4 +1,4 @@
-# Only with the A/B update setup (classes/gpu_k8s_mender.bbclass): the hardware watchdog turns
-# a hung boot into a reset, and the boot counter then returns to the old slot.
-FILESEXTRAPATHS:prepend:gpu-k8s-mender := "${THISDIR}/files:"
-SRC_URI:append:gpu-k8s-mender:x86-64 = " file://gpu-k8s-watchdog-x86.cfg"
+# Changes linux-yocto only with the A/B class (classes/gpu_k8s_mender_watchdog.bbclass).
+# The fragment lives beside this file (FILESEXTRAPATHS is not part of any task signature).
+FILESEXTRAPATHS:prepend := "${THISDIR}/files:"
+inherit ${@bb.utils.contains('DISTRO_FEATURES', 'gpu-k8s-mender', 'gpu_k8s_mender_watchdog', '', d)}
