@@ -3,6 +3,8 @@ release (facts in recipes-containers/k3s/k3s-kernel-requirements.yaml)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from bbfile import parse
 from k3s_layer import k3s_recipe, kernel_fragment, requirements
@@ -64,5 +66,5 @@ def test_fragment_reaches_its_kernel_through_the_gated_class(append, klass, frag
     assert f"'gpu-k8s', '{klass}'" in (LAYER / append).read_text()
     bb = parse(LAYER / "classes" / f"{klass}.bbclass")
     assert f"file://{fragment}" in bb.words("SRC_URI")
-    extra = parse(LAYER / append).value("FILESEXTRAPATHS", "prepend").rstrip(":").replace("${THISDIR}/", "")
-    assert (LAYER / append).parent.joinpath(extra, fragment).exists()
+    extra = re.search(r"'\$\{THISDIR\}/([\w-]+):'", parse(LAYER / append).value("FILESEXTRAPATHS", "prepend"))
+    assert (LAYER / append).parent.joinpath(extra.group(1), fragment).exists()

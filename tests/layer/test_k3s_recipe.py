@@ -179,8 +179,12 @@ def test_every_bbappend_changes_its_recipe_only_with_the_distro_feature():
                                           "linux-yocto_%.bbappend", "os-release.bbappend"}
     for path in appends:
         code = [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
-        # FILESEXTRAPATHS is in BB_HASHEXCLUDE_COMMON: it changes no signature by itself.
-        code = [line for line in code if not re.fullmatch(r'FILESEXTRAPATHS:prepend := "\$\{THISDIR\}/[\w-]+:"', line)]
+        # kernel-yocto checksums every fragment on FILESPATH: the directory is gated too.
+        gated_path = r"FILESEXTRAPATHS:prepend := \"\$\{@bb\.utils\.contains\('DISTRO_FEATURES', 'gpu-k8s', " \
+                     r"'\$\{THISDIR\}/[\w-]+:', '', d\)\}\""
+        assert not [line for line in code if "FILESEXTRAPATHS" in line and not re.fullmatch(gated_path, line)], \
+            f"{path.name}: FILESEXTRAPATHS must be gated by the distro feature"
+        code = [line for line in code if not re.fullmatch(gated_path, line)]
         assert len(code) == 1, f"{path.name}: only the gated inherit may be outside a class: {code}"
         # gpu-k8s: the node stack; gpu-k8s-mender: the A/B class (classes/gpu_k8s_mender.bbclass)
         m = re.fullmatch(r"inherit \$\{@bb\.utils\.contains\('DISTRO_FEATURES', 'gpu-k8s(?:-mender)?', "
