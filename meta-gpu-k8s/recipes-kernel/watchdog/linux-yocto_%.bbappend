@@ -1,4 +1,5 @@
 # Changes linux-yocto only with the A/B class (classes/gpu_k8s_mender_watchdog.bbclass).
-# The fragment lives beside this file (FILESEXTRAPATHS is not part of any task signature).
-FILESEXTRAPATHS:prepend := "${THISDIR}/files:"
+# The fragment lives beside this file. Its directory joins FILESEXTRAPATHS only with the
+# feature too: kernel-yocto checksums every fragment found on FILESPATH (do_kernel_metadata).
+FILESEXTRAPATHS:prepend := "${@bb.utils.contains('DISTRO_FEATURES', 'gpu-k8s-mender', '${THISDIR}/files:', '', d)}"
 inherit ${@bb.utils.contains('DISTRO_FEATURES', 'gpu-k8s-mender', 'gpu_k8s_mender_watchdog', '', d)}
