@@ -138,7 +138,7 @@ def test_adding_the_layer_alone_changes_no_other_recipe():
                          append.read_text(), re.M), f"{append.name} must change its recipe only with the A/B class"
     pg = parse(LAYER / "recipes-core/packagegroups/packagegroup-gpu-k8s.bb")
     ab = pg.words("RDEPENDS", "${PN}", "append", "gpu-k8s-mender")
-    assert {"gpu-k8s-data", "gpu-k8s-watchdog", "gpu-k8s-system-upgrade-images"} <= set(ab)
+    assert {"gpu-k8s-data", "gpu-k8s-watchdog", "gpu-k8s-system-upgrade-images", "gpu-k8s-update"} <= set(ab)
     assert not {"gpu-k8s-data", "gpu-k8s-watchdog"} & set(pg.words("RDEPENDS", "${PN}"))
 
 

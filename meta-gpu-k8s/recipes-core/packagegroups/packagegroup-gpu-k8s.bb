@@ -32,10 +32,12 @@ RDEPENDS:${PN}:append:tegra = " \
 RDEPENDS:${PN}:append:qemuall = " gpu-k8s-preload-images"
 
 # A/B updates (classes/gpu_k8s_mender.bbclass): node state on the data partition, the
-# hardware watchdog, the images rollout jobs run; on servers the controller's manifest.
+# update agent (health gate, upgrade command), the hardware watchdog, the images rollout
+# jobs run; on servers the controller's manifest.
 RDEPENDS:${PN}:append:gpu-k8s-mender = " \
     gpu-k8s-data \
     gpu-k8s-system-upgrade-images \
+    gpu-k8s-update \
     gpu-k8s-watchdog \
     ${@'gpu-k8s-system-upgrade' if d.getVar('GPU_K8S_K3S_ROLE') == 'server' else ''} \
 "
