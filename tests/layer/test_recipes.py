@@ -35,9 +35,9 @@ def layer_conf_vars():
     return dict(re.findall(r'^(\S+)\s*(?:\?\?=|\?=|\+=|=)\s*"([^"]*)"', text, re.M))
 
 
-def test_layer_is_kirkstone_and_does_not_depend_on_meta_tegra():
+def test_layer_serves_three_series_and_does_not_depend_on_meta_tegra():
     conf = layer_conf_vars()
-    assert conf["LAYERSERIES_COMPAT_gpu-k8s"].split() == ["kirkstone"]
+    assert conf["LAYERSERIES_COMPAT_gpu-k8s"].split() == ["kirkstone", "scarthgap", "wrynose"]
     depends = conf["LAYERDEPENDS_gpu-k8s"].split()
     assert {"core", "openembedded-layer", "meta-python", "virtualization-layer"} <= set(depends)
     assert "tegra" not in depends, "x86-64 builds have no meta-tegra: use dynamic-layers, not LAYERDEPENDS"
@@ -75,7 +75,7 @@ def test_plugin_recipe_builds_plugin_dir_of_this_repository():
     extra = bb.value("FILESEXTRAPATHS", "prepend").rstrip(":")
     resolved = (path.parent / extra.replace("${THISDIR}/", "")).resolve()
     assert (resolved / "plugin" / "setup.cfg").exists(), f"FILESEXTRAPATHS {extra} does not reach plugin/"
-    assert bb.value("S") == "${WORKDIR}/plugin"
+    assert bb.value("S") == "${UNPACKDIR}/plugin"
     # FILESEXTRAPATHS puts the repository root first in the search path: nothing else in
     # SRC_URI may exist there, or it would shadow the layer's own file.
     shadowed = [u for u in bb.words("SRC_URI") if u != "file://plugin" and (resolved / u[7:]).exists()]

@@ -53,7 +53,7 @@ def test_recipe_builds_updater_dir_of_this_repository():
     extra = bb.value("FILESEXTRAPATHS", "prepend").rstrip(":")
     resolved = (path.parent / extra.replace("${THISDIR}/", "")).resolve()
     assert (resolved / "updater" / "setup.cfg").exists(), f"FILESEXTRAPATHS {extra} does not reach updater/"
-    assert bb.value("S") == "${WORKDIR}/updater"
+    assert bb.value("S") == "${UNPACKDIR}/updater"
     assert {"python_setuptools_build_meta", "systemd"} <= set(bb.inherits)
 
 

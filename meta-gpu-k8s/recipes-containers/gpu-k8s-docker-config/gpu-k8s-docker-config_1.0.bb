@@ -8,14 +8,14 @@ LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda
 
 SRC_URI = "file://daemon.json"
 
-S = "${WORKDIR}"
+S = "${UNPACKDIR}"
 
 # daemon.json differs per machine (files/tegra/daemon.json on Jetson).
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 
 do_install() {
     install -d ${D}${sysconfdir}/docker
-    install -m 0644 ${WORKDIR}/daemon.json ${D}${sysconfdir}/docker/daemon.json
+    install -m 0644 ${UNPACKDIR}/daemon.json ${D}${sysconfdir}/docker/daemon.json
 }
 
 CONFFILES:${PN} = "${sysconfdir}/docker/daemon.json"

@@ -15,7 +15,7 @@ SRC_URI = "file://gpu-k8s-k3s-config.py \
            file://20-gpu-k8s-docker.conf \
 "
 
-S = "${WORKDIR}"
+S = "${UNPACKDIR}"
 
 inherit gpu_k8s_role python3native
 
@@ -71,7 +71,7 @@ GPU_K8S_K3S_AIRGAP_IMAGES ?= "${GPU_K8S_DEFAULT_K3S_AIRGAP_IMAGES}"
 K3S_CONFIG_DIR = "${sysconfdir}/rancher/k3s/config.yaml.d"
 
 do_install() {
-    ${PYTHON} ${WORKDIR}/gpu-k8s-k3s-config.py --output-dir ${D}${K3S_CONFIG_DIR} \
+    ${PYTHON} ${UNPACKDIR}/gpu-k8s-k3s-config.py --output-dir ${D}${K3S_CONFIG_DIR} \
         --role "${GPU_K8S_K3S_ROLE}" \
         --runtime "${GPU_K8S_K3S_RUNTIME}" \
         --cgroup-driver "${GPU_K8S_CGROUP_DRIVER}" \
@@ -84,17 +84,17 @@ do_install() {
         --node-labels "${GPU_K8S_NODE_LABELS}"
 
     install -d ${D}${libexecdir}/gpu-k8s
-    install -m 0755 ${WORKDIR}/gpu-k8s-k3s-node-name ${D}${libexecdir}/gpu-k8s/
+    install -m 0755 ${UNPACKDIR}/gpu-k8s-k3s-node-name ${D}${libexecdir}/gpu-k8s/
 
     # Vendor drop-ins belong beside the units, not in /etc/systemd/system (the admin's).
     for unit in k3s k3s-agent; do
         dir=${D}${systemd_system_unitdir}/$unit.service.d
         install -d $dir
-        install -m 0644 ${WORKDIR}/10-gpu-k8s-node.conf $dir/
+        install -m 0644 ${UNPACKDIR}/10-gpu-k8s-node.conf $dir/
         sed -i -e 's#@LIBEXECDIR@#${libexecdir}#g' -e 's#@BINDIR@#${bindir}#g' \
             -e 's#@SYSCONFDIR@#${sysconfdir}#g' $dir/10-gpu-k8s-node.conf
         if [ "${GPU_K8S_K3S_RUNTIME}" = "docker" ]; then
-            install -m 0644 ${WORKDIR}/20-gpu-k8s-docker.conf $dir/
+            install -m 0644 ${UNPACKDIR}/20-gpu-k8s-docker.conf $dir/
         fi
     done
 }

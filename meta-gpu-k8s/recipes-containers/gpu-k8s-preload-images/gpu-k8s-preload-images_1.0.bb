@@ -11,7 +11,7 @@ SRC_URI = "file://gpu-k8s-preload-images.sh \
            file://gpu-k8s-preload-images.service \
 "
 
-S = "${WORKDIR}"
+S = "${UNPACKDIR}"
 
 inherit systemd
 
@@ -26,9 +26,9 @@ do_install() {
     install -m 0644 ${DEPLOY_DIR_IMAGE}/${GPU_K8S_CONTAINER_IMAGE}-${MACHINE}.tar.bz2 \
         ${D}${datadir}/gpu-k8s/images/gpu-k8s-smoke.tar.bz2
     install -d ${D}${libexecdir}
-    install -m 0755 ${WORKDIR}/gpu-k8s-preload-images.sh ${D}${libexecdir}/gpu-k8s-preload-images
+    install -m 0755 ${UNPACKDIR}/gpu-k8s-preload-images.sh ${D}${libexecdir}/gpu-k8s-preload-images
     install -d ${D}${systemd_system_unitdir}
-    install -m 0644 ${WORKDIR}/gpu-k8s-preload-images.service ${D}${systemd_system_unitdir}/
+    install -m 0644 ${UNPACKDIR}/gpu-k8s-preload-images.service ${D}${systemd_system_unitdir}/
     sed -i -e 's#@LIBEXECDIR@#${libexecdir}#g' ${D}${systemd_system_unitdir}/gpu-k8s-preload-images.service
     sed -i -e 's#@DATADIR@#${datadir}#g' ${D}${libexecdir}/gpu-k8s-preload-images
 }

@@ -24,7 +24,7 @@ SRC_URI = "${K3S_RELEASE_URL}/${K3S_AIRGAP_FILE};downloadfilename=k3s-airgap-ima
            file://k3s-airgap-images-docker.service \
 "
 
-S = "${WORKDIR}"
+S = "${UNPACKDIR}"
 
 do_configure[noexec] = "1"
 do_compile[noexec] = "1"
@@ -34,14 +34,14 @@ K3S_AIRGAP_DIR = "${datadir}/k3s/airgap-images"
 
 do_install() {
     install -d ${D}${K3S_AIRGAP_DIR}
-    install -m 0644 ${WORKDIR}/k3s-airgap-images-${K3S_ARCH}-${K3S_RELEASE}.tar.zst \
+    install -m 0644 ${UNPACKDIR}/k3s-airgap-images-${K3S_ARCH}-${K3S_RELEASE}.tar.zst \
         ${D}${K3S_AIRGAP_DIR}/${K3S_AIRGAP_FILE}
     install -d ${D}${libexecdir}/k3s
-    install -m 0755 ${WORKDIR}/k3s-airgap-images-load ${D}${libexecdir}/k3s/
+    install -m 0755 ${UNPACKDIR}/k3s-airgap-images-load ${D}${libexecdir}/k3s/
     sed -i -e 's#@AIRGAP_DIR@#${K3S_AIRGAP_DIR}#g' ${D}${libexecdir}/k3s/k3s-airgap-images-load
     install -d ${D}${systemd_system_unitdir}
     for unit in k3s-airgap-images.service k3s-airgap-images-docker.service; do
-        install -m 0644 ${WORKDIR}/$unit ${D}${systemd_system_unitdir}/
+        install -m 0644 ${UNPACKDIR}/$unit ${D}${systemd_system_unitdir}/
         sed -i -e 's#@LIBEXECDIR@#${libexecdir}#g' ${D}${systemd_system_unitdir}/$unit
     done
 }

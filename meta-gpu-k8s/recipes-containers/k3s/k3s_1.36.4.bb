@@ -28,23 +28,23 @@ SRC_URI = "${K3S_RELEASE_URL}/${K3S_ASSET};downloadfilename=${K3S_DOWNLOAD};name
            file://k3s-agent-configured \
 "
 
-S = "${WORKDIR}"
+S = "${UNPACKDIR}"
 
 do_configure[noexec] = "1"
 do_compile[noexec] = "1"
 
 do_install() {
     install -d ${D}${bindir}
-    install -m 0755 ${WORKDIR}/${K3S_DOWNLOAD} ${D}${bindir}/k3s
+    install -m 0755 ${UNPACKDIR}/${K3S_DOWNLOAD} ${D}${bindir}/k3s
     # k3s is a multi-call binary. No ctr link: docker's containerd owns ${bindir}/ctr (use "k3s ctr").
     ln -s k3s ${D}${bindir}/kubectl
     ln -s k3s ${D}${bindir}/crictl
 
     install -d ${D}${libexecdir}/k3s
-    install -m 0755 ${WORKDIR}/k3s-agent-configured ${D}${libexecdir}/k3s/
+    install -m 0755 ${UNPACKDIR}/k3s-agent-configured ${D}${libexecdir}/k3s/
     install -d ${D}${systemd_system_unitdir}
     for unit in k3s.service k3s-agent.service; do
-        install -m 0644 ${WORKDIR}/$unit ${D}${systemd_system_unitdir}/
+        install -m 0644 ${UNPACKDIR}/$unit ${D}${systemd_system_unitdir}/
         sed -i -e 's#@BINDIR@#${bindir}#g' -e 's#@LIBEXECDIR@#${libexecdir}#g' \
             -e 's#@BASE_SBINDIR@#${base_sbindir}#g' ${D}${systemd_system_unitdir}/$unit
     done

@@ -13,7 +13,7 @@ SRC_URI = "file://gpu-k8s-data.sh \
            file://10-gpu-k8s-data.conf \
 "
 
-S = "${WORKDIR}"
+S = "${UNPACKDIR}"
 
 inherit allarch systemd
 
@@ -21,15 +21,15 @@ GPU_K8S_DATA_REQUIRED_BY = "docker.service k3s.service k3s-agent.service"
 
 do_install() {
     install -d ${D}${libexecdir} ${D}${datadir}/gpu-k8s ${D}${systemd_system_unitdir}
-    install -m 0755 ${WORKDIR}/gpu-k8s-data.sh ${D}${libexecdir}/gpu-k8s-data
-    install -m 0644 ${WORKDIR}/persist.list ${D}${datadir}/gpu-k8s/persist.list
-    install -m 0644 ${WORKDIR}/gpu-k8s-data.service ${D}${systemd_system_unitdir}/
+    install -m 0755 ${UNPACKDIR}/gpu-k8s-data.sh ${D}${libexecdir}/gpu-k8s-data
+    install -m 0644 ${UNPACKDIR}/persist.list ${D}${datadir}/gpu-k8s/persist.list
+    install -m 0644 ${UNPACKDIR}/gpu-k8s-data.service ${D}${systemd_system_unitdir}/
     sed -i -e 's#@DATADIR@#${datadir}#g' ${D}${libexecdir}/gpu-k8s-data \
         ${D}${systemd_system_unitdir}/gpu-k8s-data.service
     sed -i -e 's#@LIBEXECDIR@#${libexecdir}#g' ${D}${systemd_system_unitdir}/gpu-k8s-data.service
     for unit in ${GPU_K8S_DATA_REQUIRED_BY}; do
         install -d ${D}${systemd_system_unitdir}/$unit.d
-        install -m 0644 ${WORKDIR}/10-gpu-k8s-data.conf ${D}${systemd_system_unitdir}/$unit.d/
+        install -m 0644 ${UNPACKDIR}/10-gpu-k8s-data.conf ${D}${systemd_system_unitdir}/$unit.d/
     done
 }
 

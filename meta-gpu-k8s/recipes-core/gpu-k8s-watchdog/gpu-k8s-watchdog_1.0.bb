@@ -9,13 +9,13 @@ LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda
 
 SRC_URI = "file://60-gpu-k8s-watchdog.conf"
 
-S = "${WORKDIR}"
+S = "${UNPACKDIR}"
 
 inherit allarch
 
 do_install() {
     install -d ${D}${systemd_unitdir}/system.conf.d
-    install -m 0644 ${WORKDIR}/60-gpu-k8s-watchdog.conf ${D}${systemd_unitdir}/system.conf.d/
+    install -m 0644 ${UNPACKDIR}/60-gpu-k8s-watchdog.conf ${D}${systemd_unitdir}/system.conf.d/
 }
 
 FILES:${PN} += "${systemd_unitdir}/system.conf.d"

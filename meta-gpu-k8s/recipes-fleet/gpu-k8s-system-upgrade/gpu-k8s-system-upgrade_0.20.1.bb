@@ -14,7 +14,7 @@ SRC_URI = "file://system-upgrade-controller.yaml \
            file://gpu-k8s-fleet-images.service \
 "
 
-S = "${WORKDIR}"
+S = "${UNPACKDIR}"
 
 inherit systemd
 
@@ -38,7 +38,7 @@ do_install() {
     sed -e 's#@SUC_IMAGE@#${GPU_K8S_SUC_IMAGE}#g' \
         -e 's#@SUC_VERSION@#v${PV}#g' \
         -e 's#@KUBECTL_IMAGE@#${GPU_K8S_SUC_KUBECTL_IMAGE}#g' \
-        ${WORKDIR}/system-upgrade-controller.yaml \
+        ${UNPACKDIR}/system-upgrade-controller.yaml \
         > ${D}${datadir}/gpu-k8s/k3s-manifests/system-upgrade-controller.yaml
     chmod 0644 ${D}${datadir}/gpu-k8s/k3s-manifests/system-upgrade-controller.yaml
 
@@ -57,10 +57,10 @@ do_install() {
     fi
 
     install -d ${D}${libexecdir} ${D}${systemd_system_unitdir}
-    install -m 0755 ${WORKDIR}/gpu-k8s-fleet-images.sh ${D}${libexecdir}/gpu-k8s-fleet-images
+    install -m 0755 ${UNPACKDIR}/gpu-k8s-fleet-images.sh ${D}${libexecdir}/gpu-k8s-fleet-images
     sed -i -e 's#@DATADIR@#${datadir}#g' -e 's#@UPGRADE_IMAGE@#${GPU_K8S_UPGRADE_IMAGE}#g' \
         ${D}${libexecdir}/gpu-k8s-fleet-images
-    install -m 0644 ${WORKDIR}/gpu-k8s-fleet-images.service ${WORKDIR}/gpu-k8s-k3s-manifests.service \
+    install -m 0644 ${UNPACKDIR}/gpu-k8s-fleet-images.service ${UNPACKDIR}/gpu-k8s-k3s-manifests.service \
         ${D}${systemd_system_unitdir}/
     sed -i -e 's#@DATADIR@#${datadir}#g' -e 's#@LIBEXECDIR@#${libexecdir}#g' \
         ${D}${systemd_system_unitdir}/gpu-k8s-fleet-images.service \

@@ -13,7 +13,7 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=8e8dcf3b0f2979e4dc758da3781c2ba4"
 FILESEXTRAPATHS:prepend := "${THISDIR}/../../..:"
 SRC_URI = "file://updater"
 
-S = "${WORKDIR}/updater"
+S = "${UNPACKDIR}/updater"
 
 inherit python_setuptools_build_meta systemd
 

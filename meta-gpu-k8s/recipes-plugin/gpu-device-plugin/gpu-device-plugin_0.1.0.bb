@@ -13,7 +13,7 @@ SRC_URI = "file://plugin \
            file://gpu-device-plugin.yaml \
 "
 
-S = "${WORKDIR}/plugin"
+S = "${UNPACKDIR}/plugin"
 
 inherit python_setuptools_build_meta systemd
 
@@ -25,7 +25,7 @@ do_install:append() {
     install -d ${D}${systemd_system_unitdir}
     install -m 0644 ${S}/systemd/gpu-device-plugin.service ${D}${systemd_system_unitdir}/
     install -d ${D}${sysconfdir}/gpu-device-plugin
-    install -m 0644 ${WORKDIR}/gpu-device-plugin.yaml ${D}${sysconfdir}/gpu-device-plugin/config.yaml
+    install -m 0644 ${UNPACKDIR}/gpu-device-plugin.yaml ${D}${sysconfdir}/gpu-device-plugin/config.yaml
 }
 
 CONFFILES:${PN} = "${sysconfdir}/gpu-device-plugin/config.yaml"

@@ -1,0 +1,106 @@
+"""Issue 16: one layer for kirkstone, scarthgap and wrynose, every difference in one place."""
+
+import re
+
+import pytest
+from layer_paths import LAYER
+
+SERIES = ("kirkstone", "scarthgap", "wrynose")
+SERIES_DIR = LAYER / "conf/series"
+SERIES_CLASS = LAYER / "classes/gpu_k8s_series.bbclass"
+GRPCIO = LAYER / "recipes-devtools/python3-grpcio"
+RECIPE_SUFFIXES = (".bb", ".bbappend", ".bbclass", ".inc")
+
+
+def series_text(series: str) -> str:
+    return (SERIES_DIR / f"{series}.inc").read_text()
+
+
+def code_lines(text: str) -> list[str]:
+    return [line for line in text.replace("\\\n", " ").splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def masks(series: str) -> list[str]:
+    """BBMASK entries of one series file, with the layer directory substituted."""
+    found = re.findall(r'^BBMASK \+= "([^"]*)"$', series_text(series), re.M)
+    return [entry.replace("${GPU_K8S_LAYERDIR}", str(LAYER)) for entry in found]
+
+
+def masked(series: str, path) -> bool:
+    return any(re.search(entry, str(path)) for entry in masks(series))
+
+
+def layer_conf() -> str:
+    return (LAYER / "conf/layer.conf").read_text()
+
+
+def test_layer_conf_reads_the_series_file_through_a_global_class():
+    conf = layer_conf()
+    compat = re.search(r'^LAYERSERIES_COMPAT_gpu-k8s = "([^"]*)"$', conf, re.M).group(1).split()
+    assert tuple(compat) == SERIES
+    assert re.search(r'^INHERIT \+= "gpu_k8s_series"$', conf, re.M)
+    assert re.search(r'^GPU_K8S_LAYERDIR = "\$\{LAYERDIR\}"$', conf, re.M)
+    # the class runs after every layer.conf, when oe-core has named its series
+    assert code_lines(SERIES_CLASS.read_text()) == [
+        "require ${GPU_K8S_LAYERDIR}/conf/series/${LAYERSERIES_CORENAMES}.inc"
+    ]
+
+
+def test_there_is_one_series_file_per_declared_series_and_no_other():
+    assert sorted(p.stem for p in SERIES_DIR.glob("*.inc")) == sorted(SERIES)
+
+
+def test_no_recipe_or_class_branches_on_the_series():
+    # the series files are the only place a series name or LAYERSERIES_CORENAMES may be acted on
+    offenders = []
+    for path in LAYER.rglob("*"):
+        if path.suffix not in RECIPE_SUFFIXES or path.parent == SERIES_DIR:
+            continue
+        for line in code_lines(path.read_text()):
+            names_series = "LAYERSERIES_CORENAMES" in line or re.search(r"\$\{@[^}]*\b(kirkstone|scarthgap|wrynose)\b", line)
+            if names_series and path != SERIES_CLASS:
+                offenders.append(f"{path.relative_to(LAYER)}: {line.strip()}")
+    assert not offenders, "series conditionals outside conf/series/:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("path", sorted(p for p in LAYER.rglob("*.bb")), ids=lambda p: p.name)
+def test_recipes_take_their_files_from_unpackdir_not_workdir(path):
+    # wrynose stops at parse with "Using S = ${WORKDIR} is no longer supported", and unpacks
+    # file:// sources into UNPACKDIR (WORKDIR/sources), not WORKDIR
+    text = path.read_text()
+    assert not re.search(r'^S = "\$\{WORKDIR\}"', text, re.M), f"{path.name}: S = ${{WORKDIR}}"
+    assert "${WORKDIR}/" not in text, f"{path.name}: reads a fetched file from ${{WORKDIR}}, use ${{UNPACKDIR}}"
+
+
+def test_unpackdir_defaults_to_workdir_only_where_oe_core_lacks_it():
+    # oe-core gained UNPACKDIR in 5.1 and from then on rejects UNPACKDIR = WORKDIR
+    rule = 'UNPACKDIR ??= "${WORKDIR}"'
+    assert rule in code_lines(series_text("kirkstone"))
+    assert rule in code_lines(series_text("scarthgap"))
+    assert not any("UNPACKDIR" in line for line in code_lines(series_text("wrynose")))
+
+
+def test_our_grpcio_applies_on_kirkstone_only():
+    recipes = list(GRPCIO.glob("python3-grpcio_*.bb"))
+    assert recipes, "the kirkstone grpcio recipe is gone: drop its masks and this test"
+    for recipe in recipes:
+        assert not masked("kirkstone", recipe)
+        assert masked("scarthgap", recipe) and masked("wrynose", recipe)
+    assert "PREFERRED_VERSION_python3-grpcio" in series_text("kirkstone")
+    assert "PREFERRED_VERSION_python3-grpcio" not in series_text("wrynose")
+
+
+@pytest.mark.parametrize("series", SERIES)
+def test_every_mask_matches_a_file_of_the_layer(series):
+    # a mask that matches nothing has rotted (a renamed recipe would then parse where it must not)
+    files = [p for p in LAYER.rglob("*") if p.is_file()]
+    for entry in masks(series):
+        assert entry.startswith(str(LAYER) + "/"), f"{series}.inc: mask {entry} is not under the layer"
+        assert any(re.search(entry, str(p)) for p in files), f"{series}.inc: mask {entry} matches nothing"
+
+
+def test_the_masks_leave_the_recipes_every_series_needs():
+    for series in SERIES:
+        for recipe in LAYER.glob("recipes-*/*/*.bb"):
+            if recipe.parent != GRPCIO:
+                assert not masked(series, recipe), f"{series}.inc masks {recipe.relative_to(LAYER)}"
