@@ -15,7 +15,7 @@ import pytest
 import yaml
 from bbfile import parse
 from layer_paths import KAS, LAYER, REPO
-from test_kas import merged
+from test_kas import SERIES_OF, merged
 
 sys.path.insert(0, str(LAYER / "lib"))
 from gpu_k8s.signing import signing_problems
@@ -23,7 +23,12 @@ from gpu_k8s.signing import signing_problems
 CLASS = LAYER / "classes/gpu_k8s_mender.bbclass"
 DATA_DIR = LAYER / "recipes-core/gpu-k8s-data"
 SUC_DIR = LAYER / "recipes-fleet/gpu-k8s-system-upgrade"
-MENDER_PIN = "0dd0a7d12ab8c435d1164dfc441ecfa3669a922a"
+# meta-mender per series (kas/include/<series>.yml)
+MENDER_PIN = {
+    "kirkstone": "0dd0a7d12ab8c435d1164dfc441ecfa3669a922a",
+    "scarthgap": "7412e59dd5da65f33ec853a42951097be0b62d7c",
+    "wrynose": "7812c18483fab33c10f1aaea59a21bf1dbfefdec",
+}
 COMMUNITY_PIN = "1d98cc9391e57a6f9cdf8df9cfc6f266b85dca6c"
 
 
@@ -36,11 +41,13 @@ COMMUNITY_PIN = "1d98cc9391e57a6f9cdf8df9cfc6f266b85dca6c"
         ("jetson-nano.yml", {"meta-mender-core"}, True),
         ("x86-64.yml", {"meta-mender-core"}, False),
         ("qemu-x86-64.yml", {"meta-mender-core", "meta-mender-qemu"}, False),
+        ("x86-64-scarthgap.yml", {"meta-mender-core"}, False),
     ],
 )
 def test_each_build_gets_the_mender_layers_its_machine_needs(name, mender_layers, community):
     repos = merged(KAS / name)["repos"]
-    assert repos["meta-mender"]["commit"] == MENDER_PIN
+    series = SERIES_OF[name]
+    assert (repos["meta-mender"]["branch"], repos["meta-mender"]["commit"]) == (series, MENDER_PIN[series])
     assert set(repos["meta-mender"]["layers"]) == mender_layers
     if community:
         assert repos["meta-mender-community"]["commit"] == COMMUNITY_PIN
@@ -49,7 +56,7 @@ def test_each_build_gets_the_mender_layers_its_machine_needs(name, mender_layers
         assert "meta-mender-community" not in repos, f"{name}: meta-mender-tegra is for Jetson builds only"
 
 
-@pytest.mark.parametrize("name", ["jetson-nano.yml", "x86-64.yml", "qemu-x86-64.yml"])
+@pytest.mark.parametrize("name", sorted(SERIES_OF))
 def test_each_build_opts_into_the_ab_class_and_takes_keys_only_from_the_environment(name):
     conf = merged(KAS / name)
     text = "\n".join(conf["local_conf_header"].values())

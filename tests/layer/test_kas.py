@@ -12,30 +12,52 @@ from layer_paths import KAS, REPO
 kas_includehandler = pytest.importorskip("kas.includehandler", reason="kas is in the tooling venv")
 jsonschema_validators = pytest.importorskip("jsonschema.validators")
 
-TOP_FILES = ["jetson-nano.yml", "x86-64.yml", "qemu-x86-64.yml"]
+TOP_FILES = ["jetson-nano.yml", "x86-64.yml", "qemu-x86-64.yml", "x86-64-scarthgap.yml"]
 ALL_FILES = sorted(p for p in KAS.rglob("*.yml"))
+SERIES_FILES = {"kirkstone", "scarthgap", "wrynose"}  # kas/include/<series>.yml
 
-# The kirkstone set from issue 4 (canonical upstream URLs).
-UPSTREAM = {
-    "bitbake": ("https://git.openembedded.org/bitbake", "2.0"),
-    "openembedded-core": ("https://git.openembedded.org/openembedded-core", "kirkstone"),
-    "meta-yocto": ("https://git.yoctoproject.org/meta-yocto", "kirkstone"),
-    "meta-openembedded": ("https://git.openembedded.org/meta-openembedded", "kirkstone"),
-    "meta-virtualization": ("https://git.yoctoproject.org/meta-virtualization", "kirkstone"),
-    "meta-tegra": ("https://github.com/OE4T/meta-tegra.git", "kirkstone-l4t-r32.7.x"),
-    # issue 9: Mender A/B (docs/layer.md)
-    "meta-mender": ("https://github.com/mendersoftware/meta-mender.git", "kirkstone"),
-    "meta-mender-community": ("https://github.com/mendersoftware/meta-mender-community.git", "kirkstone"),
+# Which Yocto series each machine file builds on (issue 16): the Nano stays on kirkstone, the
+# only series with its BSP; x86-64 and QEMU are on wrynose; scarthgap proves the layer there.
+SERIES_OF = {
+    "jetson-nano.yml": "kirkstone",
+    "x86-64.yml": "wrynose",
+    "qemu-x86-64.yml": "wrynose",
+    "x86-64-scarthgap.yml": "scarthgap",
 }
+
+# The canonical upstream URLs (issue 4) and each series' branch of them.
+URLS = {
+    "bitbake": "https://git.openembedded.org/bitbake",
+    "openembedded-core": "https://git.openembedded.org/openembedded-core",
+    "meta-yocto": "https://git.yoctoproject.org/meta-yocto",
+    "meta-openembedded": "https://git.openembedded.org/meta-openembedded",
+    "meta-virtualization": "https://git.yoctoproject.org/meta-virtualization",
+    "meta-tegra": "https://github.com/OE4T/meta-tegra.git",
+    # issue 9: Mender A/B (docs/layer.md)
+    "meta-mender": "https://github.com/mendersoftware/meta-mender.git",
+    "meta-mender-community": "https://github.com/mendersoftware/meta-mender-community.git",
+}
+BITBAKE_BRANCH = {"kirkstone": "2.0", "scarthgap": "2.8", "wrynose": "2.18"}
+BSP_BRANCH = {("meta-tegra", "kirkstone"): "kirkstone-l4t-r32.7.x"}
+
+
+def branch_for(repo: str, series: str) -> str:
+    if repo == "bitbake":
+        return BITBAKE_BRANCH[series]
+    return BSP_BRANCH.get((repo, series), series)
+
+
 EXPECTED_MACHINE = {
     "jetson-nano.yml": "jetson-nano-devkit",
     "x86-64.yml": "genericx86-64",
     "qemu-x86-64.yml": "qemux86-64",
+    "x86-64-scarthgap.yml": "genericx86-64",
 }
 EXPECTED_TARGET = {
     "jetson-nano.yml": "gpu-k8s-image",
     "x86-64.yml": "gpu-k8s-image",
     "qemu-x86-64.yml": "gpu-k8s-image-dev",
+    "x86-64-scarthgap.yml": "gpu-k8s-image",
 }
 
 
@@ -84,19 +106,63 @@ def test_kas_file_matches_kas_schema(path):
     kas_includehandler.ConfigFile.load(str(path))
 
 
+def includes(path: Path) -> list[str]:
+    """Every file path includes, directly or through its includes (repo-relative)."""
+    found: list[str] = []
+    for inc in load(path).get("header", {}).get("includes", []):
+        found += [inc, *includes(REPO / inc)]
+    return found
+
+
 @pytest.mark.parametrize("name", TOP_FILES)
-def test_every_upstream_repo_is_pinned_to_a_commit_on_its_branch(name):
+def test_every_machine_file_takes_exactly_one_series_and_the_common_settings(name):
+    chain = includes(KAS / name)
+    series = [Path(inc).stem for inc in chain if Path(inc).stem in SERIES_FILES]
+    assert series == [SERIES_OF[name]], f"{name}: includes series files {series}, expected [{SERIES_OF[name]}]"
+    assert "kas/include/common.yml" in chain, f"{name}: the settings common to all builds are missing"
+
+
+def test_common_settings_pin_no_upstream_repo():
+    # the repo sets live in the series files only, so one series never inherits another's pins
+    for name in ("common.yml", "mender.yml", "mender-qemu.yml", "agent.yml"):
+        repos = load(KAS / "include" / name).get("repos", {})
+        pinned = sorted(n for n, r in repos.items() if r and ("url" in r or "commit" in r))
+        assert not pinned, f"include/{name} pins {pinned}: pins belong in a series file"
+
+
+@pytest.mark.parametrize("series", sorted(SERIES_FILES))
+def test_each_series_file_is_a_complete_core_repo_set_on_its_branches(series):
+    repos = load(KAS / "include" / f"{series}.yml")["repos"]
+    core = {"bitbake", "openembedded-core", "meta-yocto", "meta-openembedded", "meta-virtualization", "meta-mender"}
+    assert set(repos) == core, f"{series}.yml: repos {sorted(repos)} != {sorted(core)}"
+    for repo_name, repo in repos.items():
+        assert repo["url"] == URLS[repo_name]
+        assert str(repo["branch"]) == branch_for(repo_name, series), f"{series}.yml: {repo_name} branch"
+    text = (KAS / "include" / f"{series}.yml").read_text()
+    commits = re.findall(r"^\s+commit: (\S+)$", text, re.M)
+    sources = re.findall(r"^\s+# (\S+), (\d{4}-\d{2}-\d{2}) \(", text, re.M)
+    assert len(sources) == len(commits), f"{series}.yml: every pin needs a '# <branch>, <date> (<why>)' line"
+
+
+@pytest.mark.parametrize("name", TOP_FILES)
+def test_every_upstream_repo_is_pinned_to_a_commit_on_its_series_branch(name):
     repos = merged(KAS / name)["repos"]
     for repo_name, repo in repos.items():
         if not repo or "url" not in repo:
             continue  # this repository (the layer itself)
-        assert repo_name in UPSTREAM, f"{name}: unexpected upstream repo {repo_name}"
-        url, branch = UPSTREAM[repo_name]
+        assert repo_name in URLS, f"{name}: unexpected upstream repo {repo_name}"
+        url, branch = URLS[repo_name], branch_for(repo_name, SERIES_OF[name])
         assert repo["url"] == url, f"{name}: {repo_name} url {repo['url']} is not the canonical {url}"
         assert str(repo.get("branch")) == branch, f"{name}: {repo_name} branch should be {branch}"
         assert re.fullmatch(r"[0-9a-f]{40}", str(repo.get("commit", ""))), (
             f"{name}: {repo_name} is not pinned by a 40-hex commit: {repo.get('commit')!r}"
         )
+
+
+def test_the_layer_declares_every_series_a_kas_file_builds_on():
+    conf = (REPO / "meta-gpu-k8s/conf/layer.conf").read_text()
+    compat = re.search(r'^LAYERSERIES_COMPAT_gpu-k8s\s*=\s*"([^"]*)"', conf, re.M).group(1).split()
+    assert set(SERIES_OF.values()) <= set(compat) == SERIES_FILES
 
 
 @pytest.mark.parametrize("name", TOP_FILES)
@@ -129,7 +195,7 @@ def test_local_conf_selects_systemd_and_container_features(name):
 
 def test_meta_tegra_only_in_the_jetson_build():
     assert "meta-tegra" in merged(KAS / "jetson-nano.yml")["repos"]
-    for name in ("x86-64.yml", "qemu-x86-64.yml"):
+    for name in ("x86-64.yml", "qemu-x86-64.yml", "x86-64-scarthgap.yml"):
         assert "meta-tegra" not in merged(KAS / name)["repos"], f"{name} must build without meta-tegra"
 
 
