@@ -376,8 +376,9 @@ def rollout(
 def lint(c: Context) -> None:
     """Lint everything: ruff, oelint-adv over the layer, kas files against kas's schema.
 
-    ruff over the repository (ruff.toml), oelint-adv --release kirkstone over
-    meta-gpu-k8s/ (config .oelint.cfg), kas/*.yml validated with kas's own JSON schema.
+    ruff over the repository (ruff.toml), oelint-adv over meta-gpu-k8s/ once per Yocto
+    series its layer.conf declares (--release kirkstone, scarthgap, wrynose; config
+    .oelint.cfg), kas/*.yml validated with kas's own JSON schema.
     Parts whose files do not exist yet are skipped with a note."""
     results = lint_module.run_lint()
     if any(result.status == "FAIL" for result in results):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,7 +15,14 @@ from tools.paths import REPO_ROOT
 
 LAYER_DIR = "meta-gpu-k8s"
 KAS_DIR = "kas"
-OELINT_RELEASE = "kirkstone"  # the release the Nano image is built on
+# oelint-adv runs once per Yocto series the layer declares (LAYERSERIES_COMPAT in layer.conf).
+# From scarthgap on it asks for inherit_defer where an inherit names a variable; kirkstone's
+# bitbake 2.0 has no inherit_defer, and our inherits only read DISTRO_FEATURES, which is final
+# at configuration time, so the immediate inherit is right on every series.
+OELINT_SERIES_SUPPRESS = {
+    "scarthgap": ("oelint.var.inherit.inherit_defer",),
+    "wrynose": ("oelint.var.inherit.inherit_defer",),
+}
 OELINT_SUFFIXES = (".bb", ".bbappend", ".bbclass", ".conf", ".inc")
 
 
@@ -41,19 +49,36 @@ def layer_files(layer: Path) -> list[Path]:
     return sorted(path for path in layer.rglob("*") if path.is_file() and path.suffix in OELINT_SUFFIXES)
 
 
-def run_oelint(root: Path = REPO_ROOT) -> LintResult:
+def layer_series(layer: Path) -> list[str]:
+    """The series the layer declares in LAYERSERIES_COMPAT_<collection>, in its order."""
+    conf = layer / "conf" / "layer.conf"
+    found = re.search(r'^LAYERSERIES_COMPAT_\S+\s*=\s*"([^"]*)"', conf.read_text(), re.M) if conf.exists() else None
+    return found.group(1).split() if found else []
+
+
+def oelint_argv(release: str, files: list[str]) -> list[str]:
+    suppress = [arg for rule in OELINT_SERIES_SUPPRESS.get(release, ()) for arg in ("--suppress", rule)]
+    return [venv_tool("oelint-adv"), "--release", release, "--quiet", *suppress, *files]
+
+
+def run_oelint(root: Path = REPO_ROOT) -> list[LintResult]:
     layer = root / LAYER_DIR
     if not layer.is_dir():
-        return LintResult("oelint-adv", "skipped", f"{LAYER_DIR}/ does not exist yet")
+        return [LintResult("oelint-adv", "skipped", f"{LAYER_DIR}/ does not exist yet")]
     files = layer_files(layer)
     if not files:
-        return LintResult("oelint-adv", "skipped", f"no recipes or confs in {LAYER_DIR}/ yet")
-    console.step(f"oelint-adv --release {OELINT_RELEASE} over {len(files)} file(s) in {LAYER_DIR}/")
-    # Run from the repo root so oelint-adv picks up ./.oelint.cfg.
-    argv = [venv_tool("oelint-adv"), "--release", OELINT_RELEASE, "--quiet",
-            *(str(f.relative_to(root)) for f in files)]
-    code = subprocess.run(argv, cwd=root, check=False).returncode
-    return LintResult("oelint-adv", "pass" if code == 0 else "FAIL", f"{len(files)} file(s)")
+        return [LintResult("oelint-adv", "skipped", f"no recipes or confs in {LAYER_DIR}/ yet")]
+    series = layer_series(layer)
+    if not series:
+        return [LintResult("oelint-adv", "FAIL", f"{LAYER_DIR}/conf/layer.conf declares no LAYERSERIES_COMPAT")]
+    results = []
+    for release in series:
+        console.step(f"oelint-adv --release {release} over {len(files)} file(s) in {LAYER_DIR}/")
+        # Run from the repo root so oelint-adv picks up ./.oelint.cfg (its release is overridden).
+        argv = oelint_argv(release, [str(f.relative_to(root)) for f in files])
+        code = subprocess.run(argv, cwd=root, check=False).returncode
+        results.append(LintResult(f"oelint-adv {release}", "pass" if code == 0 else "FAIL", f"{len(files)} file(s)"))
+    return results
 
 
 def kas_schema_errors(path: Path) -> list[str]:
@@ -92,7 +117,7 @@ def run_kas_schema(root: Path = REPO_ROOT) -> LintResult:
 
 
 def run_lint(root: Path = REPO_ROOT) -> list[LintResult]:
-    results = [run_ruff(root), run_oelint(root), run_kas_schema(root)]
+    results = [run_ruff(root), *run_oelint(root), run_kas_schema(root)]
     rows = [[r.name, r.status, r.detail] for r in results]
     console.summary("lint summary", ["check", "result", "detail"], rows)
     for result in results:

@@ -55,9 +55,35 @@ def test_kas_schema_check_reports_the_bad_key(tmp_path: Path) -> None:
 
 
 def test_lint_skips_missing_layer_and_kas_dirs_with_a_note(tmp_path: Path) -> None:
-    assert lint.run_oelint(tmp_path).status == "skipped"
+    assert [r.status for r in lint.run_oelint(tmp_path)] == ["skipped"]
     result = lint.run_kas_schema(tmp_path)
     assert result.status == "skipped" and "kas/" in result.detail
+
+
+def test_oelint_runs_once_per_series_the_layer_declares(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = tmp_path / "meta-gpu-k8s" / "conf"
+    conf.mkdir(parents=True)
+    (conf / "layer.conf").write_text('LAYERSERIES_COMPAT_x = "kirkstone wrynose"\n')
+    calls: list[list[str]] = []
+
+    def fake_run(argv: list[str], **_: object) -> subprocess.CompletedProcess:
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 1 if "wrynose" in argv else 0)
+
+    monkeypatch.setattr(lint.subprocess, "run", fake_run)
+    results = lint.run_oelint(tmp_path)
+    assert [(r.name, r.status) for r in results] == [("oelint-adv kirkstone", "pass"), ("oelint-adv wrynose", "FAIL")]
+    assert [argv[argv.index("--release") + 1] for argv in calls] == ["kirkstone", "wrynose"]
+    # inherit_defer does not exist on kirkstone: only the newer series' run suppresses it
+    assert "oelint.var.inherit.inherit_defer" not in calls[0] and "oelint.var.inherit.inherit_defer" in calls[1]
+
+
+def test_oelint_without_a_declared_series_fails_naming_the_variable(tmp_path: Path) -> None:
+    conf = tmp_path / "meta-gpu-k8s" / "conf"
+    conf.mkdir(parents=True)
+    (conf / "layer.conf").write_text('BBFILE_COLLECTIONS += "x"\n')
+    [result] = lint.run_oelint(tmp_path)
+    assert result.status == "FAIL" and "LAYERSERIES_COMPAT" in result.detail
 
 
 def test_pytest_collecting_nothing_is_reported_not_hidden() -> None:
