@@ -104,3 +104,12 @@ def test_the_masks_leave_the_recipes_every_series_needs():
         for recipe in LAYER.glob("recipes-*/*/*.bb"):
             if recipe.parent != GRPCIO:
                 assert not masked(series, recipe), f"{series}.inc masks {recipe.relative_to(LAYER)}"
+
+
+def test_security_policy_says_how_to_report_and_covers_every_series():
+    # wrynose's yocto-check-layer fails a layer without SECURITY.md (test_security)
+    policy = (LAYER / "SECURITY.md").read_text()
+    assert re.search(r"^## Reporting a vulnerability", policy, re.M)
+    assert re.search(r"<[\w.+-]+@[\w-]+(\.[\w-]+)+>", policy), "an address to report to"
+    for series in SERIES:
+        assert series in policy, f"SECURITY.md does not say whether {series} builds get fixes"
