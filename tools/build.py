@@ -30,6 +30,8 @@ class MachineTarget:
 MACHINES: dict[str, MachineTarget] = {
     "qemu": MachineTarget("kas/qemu-x86-64.yml", "qemux86-64", "gpu-k8s-image-dev", (req.X86_64, req.QEMU)),
     "x86-64": MachineTarget("kas/x86-64.yml", "genericx86-64", "gpu-k8s-image", (req.X86_64,)),
+    # the same PC on Yocto 5.0 scarthgap (x86-64 and QEMU above are on 6.0 wrynose)
+    "x86-64-scarthgap": MachineTarget("kas/x86-64-scarthgap.yml", "genericx86-64", "gpu-k8s-image", (req.X86_64,)),
     "jetson-nano": MachineTarget("kas/jetson-nano.yml", "jetson-nano-devkit", "gpu-k8s-image", (req.JETSON,)),
 }
 DEFAULT_MACHINE = "qemu"

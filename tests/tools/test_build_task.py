@@ -62,8 +62,20 @@ def test_machine_choice_picks_kas_file_and_default_image(tmp_path: Path) -> None
 
 
 def test_unknown_machine_names_the_choices() -> None:
-    with pytest.raises(build.BuildError, match="choose one of: qemu, x86-64, jetson-nano"):
+    with pytest.raises(build.BuildError, match="choose one of: qemu, x86-64, x86-64-scarthgap, jetson-nano"):
         build.machine_target("raspberrypi4")
+
+
+def test_every_top_level_kas_file_is_a_machine_with_its_machine_and_target() -> None:
+    import yaml
+
+    from tools.paths import REPO_ROOT
+
+    top = sorted(f"kas/{p.name}" for p in (REPO_ROOT / "kas").glob("*.yml") if not p.name.endswith(".lock.yml"))
+    assert sorted(t.kas_file for t in build.MACHINES.values()) == top, "a kas file without --machine, or the reverse"
+    for target in build.MACHINES.values():
+        conf = yaml.safe_load((REPO_ROOT / target.kas_file).read_text())
+        assert (conf["machine"], conf["target"]) == (target.yocto_machine, target.default_image), target.kas_file
 
 
 def test_caches_come_from_environment_and_options_win(tmp_path: Path) -> None:
