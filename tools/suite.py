@@ -38,6 +38,9 @@ PLUGIN_COMBINATIONS = (
     PluginCombination("oldest", "3.10", "plugin/requirements-oldest.txt"),
     # stock kirkstone (grpcio 1.45): a build that adds our layer without the gpu-k8s feature
     PluginCombination("kirkstone", "3.10", "plugin/requirements-kirkstone.txt"),
+    # what a Yocto 6.0 wrynose image ships (grpcio 1.78, protobuf 6.33); wrynose's Python is 3.14,
+    # this runs on the newest Python the test host has (3.13 here)
+    PluginCombination("wrynose", "3.13", "plugin/requirements-wrynose.txt"),
     PluginCombination("newest", "3.13", "plugin/requirements-newest.txt"),
 )
 

@@ -147,3 +147,18 @@ def test_bad_numbers_are_one_line_errors_not_tracebacks(argv: list[str], message
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines() == [message]
     assert "Traceback" not in completed.stdout
+
+
+def test_plugin_legs_cover_every_library_combination_an_image_ships() -> None:
+    # kirkstone's protobuf 3.20 with grpcio 1.45 and 1.66, and wrynose's grpcio 1.78 / protobuf 6.33:
+    # the plugin's message classes are built at run time and must load on every one of them
+    pins: dict[str, dict[str, str]] = {}
+    for combination in suite.PLUGIN_COMBINATIONS:
+        lines = (REPO_ROOT / combination.requirements).read_text().splitlines()
+        pins[combination.name] = dict(line.split("==", 1) for line in lines if "==" in line)
+    assert pins["oldest"]["protobuf"].startswith("3.20.") and pins["oldest"]["grpcio"].startswith("1.66.")
+    assert pins["kirkstone"]["grpcio"].startswith("1.45.")
+    assert pins["wrynose"]["grpcio"].startswith("1.78.") and pins["wrynose"]["protobuf"].startswith("6.33.")
+    # the proto compiler the schema test uses must run on the leg's protobuf
+    assert pins["wrynose"]["grpcio-tools"].startswith("1.78.")
+    assert {c.name for c in suite.PLUGIN_COMBINATIONS if c.name not in suite.QUICK_SKIPS} >= {"wrynose", "newest"}
