@@ -156,9 +156,10 @@ def test_cdi_only_strategies_skip_env_and_specs() -> None:
     devices = by_id([gpu(0)], settings)
     result = policy.allocate(["GPU-0000"], devices, settings)
     assert result.envs == {} and result.device_specs == []
-    assert result.cdi_devices == ["meta-gpu-k8s.io/gpu=GPU-0000"]
+    # an NVML GPU is named in the NVIDIA Container Toolkit's spec, not in ours
+    assert result.cdi_devices == ["nvidia.com/gpu=GPU-0000"]
     [(key, value)] = result.annotations.items()
-    assert key.startswith("cdi.k8s.io/gpu-device-plugin_") and value == "meta-gpu-k8s.io/gpu=GPU-0000"
+    assert key.startswith("cdi.k8s.io/gpu-device-plugin_") and value == "nvidia.com/gpu=GPU-0000"
 
 
 def test_tegra_gpus_go_to_the_runtime_by_index() -> None:

@@ -67,8 +67,10 @@ def test_reload_plan_keeps_restart_only_fields_and_names_them() -> None:
 
 def test_reload_plan_rejects_what_the_running_gpus_cannot_serve() -> None:
     old = Settings()
-    decided = reload_policy.plan(old, replace(old, device_list_strategy=("cdi-cri",)), "nvml")
-    assert decided.settings is None and "not supported for NVML" in decided.rejection
+    decided = reload_policy.plan(old, replace(old, device_list_strategy=("cdi-cri",), cdi_kind="nvidia.com/gpu"),
+                                 "tegra")
+    assert decided.settings is None and "the NVIDIA Container Toolkit's own kind" in decided.rejection
+    assert reload_policy.plan(old, replace(old, device_list_strategy=("cdi-cri",)), "nvml").settings is not None
 
 
 def test_counters_bumped_from_many_threads_lose_nothing() -> None:

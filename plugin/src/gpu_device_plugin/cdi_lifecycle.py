@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from . import cdi
+from . import cdi, toolkit_cdi
 from .model import Gpu
 from .settings import Settings
 
@@ -35,6 +35,8 @@ class CdiSpecKeeper:
             return
         if path:
             log.info("CDI spec for %s written to %s", settings.cdi_kind, path)
+        if cdi.cdi_enabled(settings):
+            toolkit_cdi.report(self._gpus, settings)
 
     def switch(self, old: Settings, new: Settings) -> None:
         """Apply a configuration change: the old kind's spec goes when the kind or directory changes."""

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 
+# the kind of the NVIDIA Container Toolkit's generated spec (nvidia-ctk cdi generate's default vendor/class)
+TOOLKIT_KIND = "nvidia.com/gpu"
+
 # The CDI parser's rules (tags.cncf.io/container-device-interface/pkg/parser), as regexes.
 DEVICE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 _VENDOR_OR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")

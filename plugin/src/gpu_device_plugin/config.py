@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .cdi_names import split_kind
+from .cdi_names import TOOLKIT_KIND, split_kind
 from .settings import (
     ALLOCATION_POLICIES,
     DEFAULT_RESOURCE,
@@ -397,27 +397,27 @@ def validate(settings: Settings, origin: Mapping[str, str] | None = None) -> Set
             f"{where('simulated_gpus')} only applies to --device-discovery-strategy simulated "
             f"(strategy is {settings.device_discovery_strategy})"
         )
-    if settings.device_discovery_strategy == "nvml":
-        conflict = backend_conflict(settings, "nvml")
+    if settings.device_discovery_strategy != "auto":
+        conflict = backend_conflict(settings, settings.device_discovery_strategy)
         if conflict:
-            raise ConfigError(conflict.replace(_BY_ATTR["device_list_strategy"].flag,
-                                               where("device_list_strategy"), 1))
+            raise ConfigError(conflict.replace(_BY_ATTR["cdi_kind"].flag, where("cdi_kind"), 1))
     return settings
 
 
 def backend_conflict(settings: Settings, backend: str) -> str | None:
     """Why `settings` cannot serve GPUs of `backend` (a one-line error naming the fix), or None.
 
-    CDI specs are written for Jetson and simulated GPUs only: a discrete GPU's container
-    needs the driver's libraries and hooks (what NVIDIA's generated specs carry), and a spec
-    with device nodes alone starts containers in which CUDA fails. Refused, not half-served.
+    NVML GPUs are named in the NVIDIA Container Toolkit's spec (kind nvidia.com/gpu; only it
+    carries the driver's libraries); Jetson and simulated GPUs also get the plugin's own spec.
+    Ours under the toolkit's kind would name devices "0", "all"... twice, and CDI refuses
+    devices defined twice, so that is refused here, not half-served.
     """
     cdi = [s for s in settings.device_list_strategy if s.startswith("cdi-")]
-    if backend != "nvml" or not cdi:
+    if backend == "nvml" or not cdi or settings.cdi_kind != TOOLKIT_KIND:
         return None
-    return (f"{_BY_ATTR['device_list_strategy'].flag} {','.join(cdi)} is not supported for NVML (discrete) GPUs: "
-            "this plugin's CDI spec would carry device nodes but no driver libraries, so CUDA fails in the "
-            "container; use envvar or volume-mounts with the NVIDIA container runtime, which injects the driver")
+    return (f"{_BY_ATTR['cdi_kind'].flag} {TOOLKIT_KIND} is the NVIDIA Container Toolkit's own kind, but the plugin "
+            f"writes its own spec for {backend} GPUs and CDI refuses devices defined in two specs; keep the "
+            "default meta-gpu-k8s.io/gpu (the plugin still names the toolkit's devices where its spec covers the GPU)")
 
 
 def load(argv_namespace: Any, environ: Mapping[str, str],

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .cdi_names import TOOLKIT_KIND
 from .model import HEALTHY, Gpu, Health
 from .settings import DEFAULT_RESOURCE, Settings
 
@@ -230,24 +231,49 @@ def runtime_id(gpu: Gpu, id_strategy: str) -> str:
     return gpu.id
 
 
+def cdi_names(gpus: Sequence[Gpu], names: Sequence[str], settings: Settings,
+              toolkit_name: Callable[[Gpu], str | None] | None) -> list[str] | None:
+    """Qualified CDI names, or None when an NVML GPU has none (the container then falls back to envvar).
+
+    NVML GPUs are named in the toolkit's spec only (ours would lack the driver libraries); a
+    Jetson takes the toolkit's name where its spec covers it, else ours. `toolkit_name` says
+    what the toolkit's spec on this host names a GPU (None: not covered); without it the
+    toolkit's naming is assumed."""
+    out = []
+    for gpu, name in zip(gpus, names, strict=True):
+        if gpu.backend not in ("nvml", "tegra"):
+            out.append(f"{settings.cdi_kind}={name}")
+            continue
+        found = toolkit_name(gpu) if toolkit_name else (f"{TOOLKIT_KIND}={name}" if gpu.backend == "nvml" else None)
+        if found is None and gpu.backend == "nvml":
+            return None
+        out.append(found or f"{settings.cdi_kind}={name}")
+    return out
+
+
 def allocate(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settings: Settings,
-             node_exists: Callable[[str], bool] = lambda node: True) -> ContainerAllocation:
+             node_exists: Callable[[str], bool] = lambda node: True,
+             toolkit_name: Callable[[Gpu], str | None] | None = None) -> ContainerAllocation:
     """The response for one container. Raises AllocationError for bad requests.
 
     `node_exists` says whether a host device node exists now: only those are passed, since a
-    device the runtime cannot find fails the container."""
+    device the runtime cannot find fails the container. `toolkit_name`: see cdi_names."""
     validate_request(ids, devices, settings)
     gpus = _physical(ids, devices)
     names = [runtime_id(g, settings.device_id_strategy) for g in gpus]
     strategies = settings.device_list_strategy
     result = ContainerAllocation()
-    cdi_names = [f"{settings.cdi_kind}={name}" for name in names]
+    qualified = cdi_names(gpus, names, settings, toolkit_name) if any(s.startswith("cdi-") for s in strategies) else []
+    if qualified is None:
+        # an NVML GPU the toolkit's spec does not name: the nvidia runtime's envvar still works
+        strategies = tuple(dict.fromkeys(["envvar", *(s for s in strategies if not s.startswith("cdi-"))]))
+        qualified = []
     if "cdi-cri" in strategies:
-        result.cdi_devices.extend(cdi_names)
+        result.cdi_devices.extend(qualified)
     if "cdi-annotations" in strategies:
         # one key per container: a stable hash of its devices keeps keys unique and repeatable
         digest = hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:16]
-        result.annotations[f"{settings.cdi_annotation_prefix}gpu-device-plugin_{digest}"] = ",".join(cdi_names)
+        result.annotations[f"{settings.cdi_annotation_prefix}gpu-device-plugin_{digest}"] = ",".join(qualified)
     only_cdi = all(s.startswith("cdi-") for s in strategies)
     if only_cdi:
         return result

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from . import policy
+from . import policy, toolkit_cdi
 from .api import pb
 from .hostpath import host_path_exists
 from .logs import REQUESTS
@@ -143,8 +143,9 @@ class DevicePluginServicer:
         def node_exists(node: str) -> bool:
             return host_path_exists(root, node)
 
+        toolkit_name = toolkit_cdi.namer(settings)  # None unless a cdi-* strategy is on
         try:
-            allocations = [policy.allocate(list(c.devices_ids), devices, settings, node_exists)
+            allocations = [policy.allocate(list(c.devices_ids), devices, settings, node_exists, toolkit_name)
                            for c in request.container_requests]
         except policy.AllocationError as exc:
             request_log.warning("allocation refused: %s", exc)

@@ -1,0 +1,293 @@
+"""The NVIDIA Container Toolkit's CDI spec (`nvidia-ctk cdi generate`): where it is, what it names.
+
+A discrete GPU's container needs the driver's libraries, firmware and hooks, which only the
+toolkit's generated spec carries (ours would hold bare device nodes). So for NVML GPUs, and
+for Jetsons whose toolkit generated a CSV-mode spec, Allocate names the toolkit's devices
+(`nvidia.com/gpu=<uuid|index>`) instead of writing a spec of its own.
+
+A spec can be absent (the boot unit has not run yet, no toolkit) or stale (made for another
+driver version or before the GPUs changed): then a GPU is not "covered" and the caller falls
+back (envvar for NVML GPUs, our own spec for Jetsons) after saying why in one line.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cdi import cdi_enabled, spec_path
+from .cdi_names import TOOLKIT_KIND
+from .model import Gpu
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+# CDI's default spec directories, lowest priority first: a device named in both is taken from the later one
+SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+REGENERATE = "nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml"
+_DRIVER_ARG = re.compile(r"--host-driver-version=(\S+)")
+_NVML_GPU_NODE = re.compile(r"/dev/nvidia\d+")
+
+
+@dataclass(frozen=True)
+class ToolkitSpec:
+    """What the toolkit's spec says: device name -> the device nodes it injects, and for what driver."""
+
+    path: str
+    kind: str
+    mtime: float
+    devices: Mapping[str, tuple[str, ...]]
+    driver_version: str = ""  # from the enable-cuda-compat hook; "" when the spec does not say (CSV mode)
+    libraries: int = 0  # spec-wide mounts: the driver libraries a container gets
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """For each GPU ID: its qualified CDI name in the toolkit's spec, or why it has none."""
+
+    names: Mapping[str, str] = field(default_factory=dict)
+    problems: Mapping[str, str] = field(default_factory=dict)
+
+
+def _strings(items: Any) -> list[str]:
+    return [str(item) for item in items] if isinstance(items, list) else []
+
+
+def _edits(document: Any) -> dict[str, Any]:
+    edits = document.get("containerEdits") if isinstance(document, dict) else None
+    return edits if isinstance(edits, dict) else {}
+
+
+def _node_paths(edits: Mapping[str, Any]) -> tuple[str, ...]:
+    nodes = edits.get("deviceNodes")
+    return tuple(str(n.get("path")) for n in nodes if isinstance(n, dict) and n.get("path")) if isinstance(
+        nodes, list) else ()
+
+
+def parse_spec(text: str, path: str, mtime: float = 0.0) -> ToolkitSpec:
+    """One spec file (YAML or JSON: YAML reads both). ValueError naming the file when it is not a CDI spec."""
+    import yaml  # only where CDI is on: keeps the idle footprint down
+
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML/JSON ({str(exc).splitlines()[0]}); regenerate it: "
+                         f"{REGENERATE}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("kind"), str):
+        raise ValueError(f"{path} is not a CDI spec (no kind); remove it or regenerate it: {REGENERATE}")
+    devices: dict[str, tuple[str, ...]] = {}
+    for device in document.get("devices") or []:
+        if isinstance(device, dict) and device.get("name") is not None:
+            devices[str(device["name"])] = _node_paths(_edits(device))
+    common = _edits(document)
+    driver = ""
+    for hook in common.get("hooks") or []:
+        for arg in _strings(hook.get("args")) if isinstance(hook, dict) else []:
+            match = _DRIVER_ARG.fullmatch(arg)
+            if match:
+                driver = match.group(1)
+    mounts = common.get("mounts")
+    return ToolkitSpec(path, document["kind"], mtime, devices, driver,
+                       len(mounts) if isinstance(mounts, list) else 0)
+
+
+def spec_files(root: str, dirs: Sequence[str] = SPEC_DIRS) -> list[str]:
+    """Host paths of the spec files, lowest priority first."""
+    found: list[str] = []
+    for directory in dirs:
+        base = os.path.join(root, directory.lstrip("/"))
+        found += sorted(p for p in glob.glob(os.path.join(glob.escape(base), "*")) if p.endswith(SPEC_SUFFIXES))
+    return found
+
+
+def read_specs(root: str = "/", kind: str = TOOLKIT_KIND, dirs: Sequence[str] = SPEC_DIRS,
+               skip: Sequence[str] = (), warn: Callable[[str], None] | None = None) -> list[ToolkitSpec]:
+    """The specs of `kind` under `root`, lowest priority first; unreadable or broken files are reported
+    through `warn` and left out. `skip`: host paths not to read (our own spec)."""
+    warn = warn or log.warning
+    specs: list[ToolkitSpec] = []
+    skipped = {os.path.realpath(p) for p in skip}
+    for path in spec_files(root, dirs):
+        if os.path.realpath(path) in skipped:
+            continue
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            mtime = os.stat(path).st_mtime
+        except OSError as exc:
+            warn(f"CDI: cannot read {path} ({exc.strerror}); its devices are left out")
+            continue
+        if kind not in text:  # cheap: most specs in the directory are someone else's
+            continue
+        try:
+            spec = parse_spec(text, path, mtime)
+        except ValueError as exc:
+            warn(f"CDI: {exc}")
+            continue
+        if spec.kind == kind:
+            specs.append(spec)
+    return specs
+
+
+def _gpu_node(gpu: Gpu) -> str:
+    return next((n for n in gpu.device_nodes if _NVML_GPU_NODE.fullmatch(n)), "")
+
+
+def match_gpu(gpu: Gpu, specs: Sequence[ToolkitSpec], id_strategy: str) -> tuple[str, str]:
+    """(device name in the toolkit's spec, "") or ("", why none fits), for one GPU."""
+    if not specs:
+        return "", "no spec of the NVIDIA Container Toolkit"
+    devices: dict[str, tuple[str, ...]] = {}
+    owner: dict[str, ToolkitSpec] = {}
+    for spec in specs:  # later (higher priority) specs win, as in the CDI cache
+        for name, nodes in spec.devices.items():
+            devices[name], owner[name] = nodes, spec
+    where = ", ".join(dict.fromkeys(s.path for s in specs))
+    index = str(gpu.index)
+    if gpu.backend == "tegra":
+        # CSV mode names the one iGPU "0" (and "all"); there is no UUID to match
+        for name in (index, "all"):
+            if name in devices:
+                return name, ""
+        return "", f"{where} names no device {index}"
+    wanted = [gpu.id, index] if id_strategy == "uuid" else [index, gpu.id]
+    name = next((n for n in wanted if n in devices), "")
+    if not name:
+        return "", f"{where} names neither {gpu.id} nor {index} (made before this GPU was installed?)"
+    node = _gpu_node(gpu)
+    spec_nodes = [n for n in devices[name] if _NVML_GPU_NODE.fullmatch(n)]
+    if node and spec_nodes and node not in spec_nodes:
+        return "", (f"{owner[name].path} gives {name} the node {spec_nodes[0]} but NVML says this GPU is {node} "
+                    "(the GPUs changed since the spec was made)")
+    driver = gpu.properties.get("driver_version", "")
+    made_for = owner[name].driver_version
+    if driver and made_for and driver != made_for:
+        return "", (f"{owner[name].path} was made for driver {made_for}, the loaded driver is {driver}: it "
+                    "would mount libraries that no longer exist")
+    return name, ""
+
+
+def coverage(gpus: Sequence[Gpu], specs: Sequence[ToolkitSpec], id_strategy: str) -> Coverage:
+    names: dict[str, str] = {}
+    problems: dict[str, str] = {}
+    for gpu in gpus:
+        if gpu.backend not in ("nvml", "tegra"):
+            continue
+        name, problem = match_gpu(gpu, specs, id_strategy)
+        if name:
+            names[gpu.id] = f"{TOOLKIT_KIND}={name}"
+        else:
+            problems[gpu.id] = problem
+    return Coverage(names, problems)
+
+
+class ToolkitSpecs:
+    """The toolkit's specs under a host root, re-read only when a spec directory or file changes.
+
+    Allocate asks on every call; the answer costs a few stat() calls while nothing changed.
+    A spec that appears after the plugin started (the boot unit runs after the driver loads)
+    is picked up on the next Allocate.
+    """
+
+    def __init__(self, root: str = "/", dirs: Sequence[str] = SPEC_DIRS, skip: Sequence[str] = ()) -> None:
+        self.root = root
+        self.dirs = tuple(dirs)
+        self.skip = tuple(skip)
+        self._lock = threading.Lock()
+        self._key: tuple[Any, ...] | None = None
+        self._specs: list[ToolkitSpec] = []
+        self._told: set[str] = set()
+
+    def _stamp(self) -> tuple[Any, ...]:
+        stamps: list[Any] = []
+        for directory in self.dirs:
+            try:
+                stamps.append(os.stat(os.path.join(self.root, directory.lstrip("/"))).st_mtime_ns)
+            except OSError:
+                stamps.append(None)
+        for path in spec_files(self.root, self.dirs):
+            try:
+                stat = os.stat(path)
+                stamps.append((path, stat.st_mtime_ns, stat.st_size))
+            except OSError:
+                pass
+        return tuple(stamps)
+
+    def specs(self) -> list[ToolkitSpec]:
+        key = self._stamp()
+        with self._lock:
+            if key != self._key:
+                self._specs = read_specs(self.root, dirs=self.dirs, skip=self.skip)
+                self._key = key
+            return self._specs
+
+    def namer(self, id_strategy: str) -> Callable[[Gpu], str | None]:
+        """For Allocate: a GPU's qualified toolkit name, or None (said once per reason in the log)."""
+        specs = self.specs()
+
+        def name(gpu: Gpu) -> str | None:
+            found, problem = match_gpu(gpu, specs, id_strategy)
+            if found:
+                return f"{TOOLKIT_KIND}={found}"
+            self.tell(gpu, problem)
+            return None
+
+        return name
+
+    def tell(self, gpu: Gpu, problem: str) -> None:
+        with self._lock:
+            if (gpu.id + problem) in self._told:
+                return
+            self._told.add(gpu.id + problem)
+        log.error("%s", fallback_message(gpu, problem))
+
+
+def fallback_message(gpu: Gpu, problem: str) -> str:
+    how = ("its containers get it through NVIDIA_VISIBLE_DEVICES (the nvidia runtime must be the default)"
+           if gpu.backend == "nvml" else "its containers get the plugin's own spec (device nodes and CSV files)")
+    return (f"CDI: GPU {gpu.index} ({gpu.id}) is not in the NVIDIA Container Toolkit's spec: {problem}; {how}; "
+            f"regenerate the spec: {REGENERATE}")
+
+
+_SHARED: dict[tuple[str, str], ToolkitSpecs] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def for_host(root: str, own_spec: str = "") -> ToolkitSpecs:
+    """One cache per host root, shared by the daemon's start-up report and every Allocate."""
+    with _SHARED_LOCK:
+        key = (root, own_spec)
+        if key not in _SHARED:
+            _SHARED[key] = ToolkitSpecs(root, skip=(own_spec,) if own_spec else ())
+        return _SHARED[key]
+
+
+def own_spec(settings: Settings) -> str:
+    return spec_path(settings.cdi_spec_dir, settings.cdi_kind)
+
+
+def namer(settings: Settings) -> Callable[[Gpu], str | None] | None:
+    """What Allocate hands policy.allocate: None while no cdi-* strategy is on (then no file is read)."""
+    if not cdi_enabled(settings):
+        return None
+    return for_host(settings.host_root, own_spec(settings)).namer(settings.device_id_strategy)
+
+
+def report(gpus: Sequence[Gpu], settings: Settings) -> Coverage:
+    """Log, once at start and after each reload, which GPUs the toolkit's spec names and which fall back."""
+    toolkit = for_host(settings.host_root, own_spec(settings))
+    found = coverage(gpus, toolkit.specs(), settings.device_id_strategy)
+    for gpu in gpus:
+        if gpu.id in found.names:
+            log.info("CDI: GPU %d (%s) goes to containers as %s, from the NVIDIA Container Toolkit's spec",
+                     gpu.index, gpu.id, found.names[gpu.id])
+        elif gpu.id in found.problems:
+            toolkit.tell(gpu, found.problems[gpu.id])
+    return found
