@@ -203,12 +203,14 @@ class FakeNvml:
         gpus: list[FakeGpu] | None = None,
         *,
         driver_version: str = "550.54.15",
+        cuda_driver_version: int = 12040,  # NVML's encoding of CUDA 12.4
         library_missing: bool = False,
         init_error: int | None = None,
         has_numa_function: bool = True,
     ) -> None:
         self.gpus = list(gpus or [])
         self.driver_version = driver_version
+        self.cuda_driver_version = cuda_driver_version
         self.library_missing = library_missing
         self.init_error = init_error
         self.init_calls = 0
@@ -261,6 +263,9 @@ class FakeNvml:
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return self.driver_version
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self.cuda_driver_version
 
     # -- devices --------------------------------------------------------------------------
 

@@ -61,9 +61,30 @@ def test_jetson_nano_fixture_is_labelled_from_tegra_discovery(tmp_path: Path, ca
     assert labels_in(out) == {
         "nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": "1", "nvidia.com/gpu.product": "Tegra-X1-T210",
         "nvidia.com/gpu.discovery": "tegra", "nvidia.com/gpu.compute.major": "5",
-        "nvidia.com/gpu.compute.minor": "3", "nvidia.com/gpu.family": "maxwell", "nvidia.com/gpu.chip": "T210"}
-    assert f"wrote 8 labels to {out}" in capsys.readouterr().out
+        "nvidia.com/gpu.compute.minor": "3", "nvidia.com/gpu.family": "maxwell", "nvidia.com/gpu.chip": "T210",
+        "nvidia.com/gpu.l4t": "R32.7.6", "nvidia.com/gpu.memory": "3956"}
+    assert f"wrote 10 labels to {out}" in capsys.readouterr().out
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left behind
+
+
+def test_nvml_gpus_carry_driver_and_cuda_versions_as_gpu_feature_discovery_names_them() -> None:
+    gpu = Gpu(id="GPU-0", index=0, name="NVIDIA L4", backend="nvml", memory_mib=23034,
+              properties={"compute_capability": "8.9", "driver_version": "580.105.08", "cuda_driver_version": "13.0"})
+    labels = gpu_labels([gpu], "nvml")
+    assert {k: v for k, v in labels.items() if k.startswith("nvidia.com/cuda.")} == {
+        "nvidia.com/cuda.driver-version.full": "580.105.08", "nvidia.com/cuda.driver-version.major": "580",
+        "nvidia.com/cuda.driver-version.minor": "105", "nvidia.com/cuda.driver-version.revision": "08",
+        "nvidia.com/cuda.driver.major": "580", "nvidia.com/cuda.driver.minor": "105",
+        "nvidia.com/cuda.driver.rev": "08",
+        "nvidia.com/cuda.runtime-version.full": "13.0", "nvidia.com/cuda.runtime-version.major": "13",
+        "nvidia.com/cuda.runtime-version.minor": "0", "nvidia.com/cuda.runtime.major": "13",
+        "nvidia.com/cuda.runtime.minor": "0"}
+    assert labels["nvidia.com/gpu.memory"] == "23034" and labels["nvidia.com/gpu.family"] == "ada-lovelace"
+
+
+def test_a_malformed_driver_version_gives_no_version_labels() -> None:
+    gpu = Gpu(id="GPU-0", index=0, name="x", backend="nvml", properties={"driver_version": "r580 beta"})
+    assert not [k for k in gpu_labels([gpu], "nvml") if "cuda" in k]
 
 
 def test_simulated_gpus_follow_the_serve_settings(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ def test_discover_reports_properties_compute_capability_driver_bus_id_and_brand(
     (gpu,) = NvmlBackend(str(tmp_path), nvml).discover()
     assert gpu.properties == {
         "driver_version": "560.35.03",
+        "cuda_driver_version": "12.4",
         "pci_bus_id": "0000:c1:00.0",
         "compute_capability": "8.9",
         "brand": "geforce",

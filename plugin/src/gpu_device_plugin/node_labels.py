@@ -2,7 +2,9 @@
 
 Written at boot before k3s starts, so a node is labelled with the GPU it really has (and not
 labelled at all without one). Label names follow NVIDIA's GPU feature discovery where they
-overlap (gpu.present, gpu.count, gpu.product, gpu.family, gpu.compute.major/minor).
+overlap (gpu.present, gpu.count, gpu.product, gpu.family, gpu.memory, gpu.compute.major/minor,
+cuda.driver-version.* and cuda.runtime-version.* with their older cuda.driver.* / cuda.runtime.*
+spellings). Jetsons add gpu.chip, gpu.l4t and gpu.power-mode, which feature discovery lacks.
 """
 
 from __future__ import annotations
@@ -52,9 +54,31 @@ def gpu_labels(gpus: Sequence[Gpu], backend: str) -> dict[str, str]:
         labels["gpu.compute.minor"] = str(minor)
         if family(major, minor):
             labels["gpu.family"] = family(major, minor)
-    if first.backend == "tegra" and first.properties.get("chip"):
-        labels["gpu.chip"] = label_value(first.properties["chip"])
+    if first.memory_mib:
+        labels["gpu.memory"] = str(first.memory_mib)
+    labels.update(version_labels("cuda.driver", first.properties.get("driver_version", ""), 3))
+    labels.update(version_labels("cuda.runtime", first.properties.get("cuda_driver_version", ""), 2))
+    if first.backend == "tegra":
+        # the same keys on every Jetson, Nano (R32) to Orin (R36, R39)
+        for key, prop in (("gpu.chip", "chip"), ("gpu.l4t", "l4t"), ("gpu.power-mode", "power_mode")):
+            if first.properties.get(prop):
+                labels[key] = label_value(first.properties[prop])
     return {PREFIX + key: value for key, value in labels.items() if value}
+
+
+def version_labels(name: str, version: str, parts: int) -> dict[str, str]:
+    """GPU feature discovery's version labels: `<name>-version.full/major/minor[/revision]` and the
+    older `<name>.major/minor[/rev]` that existing selectors still use. Nothing for a malformed version."""
+    if not re.fullmatch(r"\d+(\.\d+){1,2}", version):
+        return {}
+    numbers = version.split(".") + [""] * 3
+    out = {f"{name}-version.full": version}
+    for key, old, value in zip(("major", "minor", "revision")[:parts], ("major", "minor", "rev")[:parts],
+                               numbers, strict=False):
+        if value:
+            out[f"{name}-version.{key}"] = value
+            out[f"{name}.{old}"] = value
+    return out
 
 
 def drop_in(labels: dict[str, str]) -> str:

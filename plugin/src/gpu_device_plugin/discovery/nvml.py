@@ -38,6 +38,16 @@ def sysfs_pci_address(bus_id: str) -> str:
         return bus_id
 
 
+def cuda_version(nvml: Any) -> str:
+    """The newest CUDA the driver supports ("13.0" from NVML's 13000), or "" when NVML cannot say."""
+    fn = getattr(nvml, "nvmlSystemGetCudaDriverVersion", None)
+    try:
+        value = int(fn()) if fn is not None else 0
+    except Exception:
+        return ""
+    return f"{value // 1000}.{value % 1000 // 10}" if value > 0 else ""
+
+
 class NvmlBackend:
     """One Gpu per NVML device: ID = UUID, with its device nodes, NUMA node and properties."""
 
@@ -92,6 +102,7 @@ class NvmlBackend:
             try:
                 driver = text(nvml.nvmlSystemGetDriverVersion())
                 count = nvml.nvmlDeviceGetCount()
+                cuda = cuda_version(nvml)
             except Exception as exc:
                 raise DiscoveryError(
                     f"NVML initialised but cannot list GPUs ({exc}): check `nvidia-smi` on the host"
@@ -99,7 +110,7 @@ class NvmlBackend:
             gpus = []
             for index in range(count):
                 try:
-                    gpus.append(self._read_gpu(nvml, index, driver))
+                    gpus.append(self._read_gpu(nvml, index, driver, cuda))
                 except Exception as exc:
                     # One broken GPU must not hide the others; it stays out of the list.
                     log.warning("skipping GPU %d: NVML cannot read it (%s); check `nvidia-smi -i %d`",
@@ -108,13 +119,15 @@ class NvmlBackend:
         finally:
             nvml_shutdown(nvml)
 
-    def _read_gpu(self, nvml: Any, index: int, driver: str) -> Gpu:
+    def _read_gpu(self, nvml: Any, index: int, driver: str, cuda: str = "") -> Gpu:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         uuid = text(nvml.nvmlDeviceGetUUID(handle))
         name = text(nvml.nvmlDeviceGetName(handle))
         memory_mib = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
 
         properties = {"driver_version": driver}
+        if cuda:
+            properties["cuda_driver_version"] = cuda
         pci_info = self._optional(nvml, "nvmlDeviceGetPciInfo", handle)
         pci_address = sysfs_pci_address(text(pci_info.busId)) if pci_info is not None else ""
         if pci_address:
