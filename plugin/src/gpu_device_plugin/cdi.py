@@ -100,6 +100,25 @@ def read_csv_files(root: str = "/", warn: Warn | None = None) -> dict[str, str]:
     return files
 
 
+RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+_ALT_ROOTS = re.compile(r"^\s*alt-roots\s*=\s*\[([^\]]*)\]", re.MULTILINE)
+
+
+def read_alt_roots(root: str = "/") -> list[str]:
+    """`modes.csv.alt-roots` of the runtime's config (meta-tegra sets its passthrough tree there); [] without.
+
+    The file is TOML; this one key is a flat list of strings, read with a pattern because
+    Python 3.10 (kirkstone's) has no TOML parser in the standard library."""
+    try:
+        with open(os.path.join(root, RUNTIME_CONFIG.lstrip("/")), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return []
+    match = _ALT_ROOTS.search(text)
+    roots = re.findall(r"""["']([^"']+)["']""", match.group(1)) if match else []
+    return [r for r in roots if r.startswith("/")]
+
+
 # ---------------------------------------------------------------- building the spec
 
 
@@ -127,30 +146,34 @@ def _node(path: str) -> dict[str, Any]:
     return {"path": path, "permissions": DEVICE_PERMISSIONS}
 
 
-def _mount(path: str) -> dict[str, Any]:
-    return {"hostPath": path, "containerPath": path, "options": list(MOUNT_OPTIONS)}
+def _mount(host: str, container: str) -> dict[str, Any]:
+    return {"hostPath": host, "containerPath": container, "options": list(MOUNT_OPTIONS)}
 
 
-def _edits(nodes: Iterable[str] = (), mounts: Iterable[str] = (), env: Iterable[str] = ()) -> dict[str, Any]:
+def _edits(nodes: Iterable[str] = (), mounts: Iterable[tuple[str, str]] = (),
+           env: Iterable[str] = ()) -> dict[str, Any]:
+    """`mounts`: (host path, container path) pairs."""
     edits: dict[str, Any] = {}
     node_list = list(dict.fromkeys(nodes))
-    # sorted by path so a directory is mounted before files under it and the output is stable
-    mount_list = sorted(dict.fromkeys(mounts))
+    # sorted by container path so a directory is mounted before files under it and the output is stable
+    mount_list = sorted(dict.fromkeys(mounts), key=lambda m: (m[1], m[0]))
     env_list = list(dict.fromkeys(env))
     if env_list:
         edits["env"] = env_list
     if node_list:
         edits["deviceNodes"] = [_node(p) for p in node_list]
     if mount_list:
-        edits["mounts"] = [_mount(p) for p in mount_list]
+        edits["mounts"] = [_mount(host, container) for host, container in mount_list]
     return edits
 
 
 def _csv_edits(csv_files: Mapping[str, str], exists: Callable[[str], bool], gpu_nodes: set[str],
-               warn: Warn) -> tuple[list[str], list[str]]:
-    """(device nodes, mount paths) from the CSV files, minus what the host lacks or the GPUs already carry."""
+               warn: Warn, alt_roots: Sequence[str] = ()) -> tuple[list[str], list[tuple[str, str]]]:
+    """(device nodes, (host, container) mounts) from the CSV files, minus what the host lacks or the GPUs
+    already carry. A file under an alternate root (meta-tegra's passthrough tree) wins over the rootfs copy,
+    as it does in the runtime's own CSV mode."""
     nodes: list[str] = []
-    mounts: list[str] = []
+    mounts: list[tuple[str, str]] = []
     missing: list[str] = []
     for name in sorted(csv_files):
         entries, bad = parse_csv(csv_files[name], name)
@@ -158,15 +181,20 @@ def _csv_edits(csv_files: Mapping[str, str], exists: Callable[[str], bool], gpu_
             warn(f"CDI: skipped {len(bad)} malformed CSV line(s) (want '<dev|lib|sym|dir>, /absolute/path'): "
                  + "; ".join(bad))
         for entry in entries:
-            if not exists(entry.path):
-                missing.append(entry.path)
-            elif entry.kind == "dev":
-                if entry.path not in gpu_nodes:
+            if entry.kind == "dev":
+                if not exists(entry.path):
+                    missing.append(entry.path)
+                elif entry.path not in gpu_nodes:
                     nodes.append(entry.path)
+                continue
+            # lib, dir and sym alike: a bind mount follows a symlink, so a `sym` entry shows the
+            # library it points to at the link's path, which is all a loader needs
+            sources = [os.path.join(alt, entry.path.lstrip("/")) for alt in alt_roots] + [entry.path]
+            source = next((candidate for candidate in sources if exists(candidate)), "")
+            if source:
+                mounts.append((source, entry.path))
             else:
-                # lib, dir and sym alike: a bind mount follows a symlink, so a `sym` entry shows the
-                # library it points to at the link's path, which is all a loader needs
-                mounts.append(entry.path)
+                missing.append(entry.path)
     if missing:
         # expected: L4T's CSV files list nodes and libraries of every Jetson model and JetPack option
         log.debug("CDI: %d CSV entries not on this host, left out: %s", len(missing), ", ".join(missing))
@@ -174,10 +202,12 @@ def _csv_edits(csv_files: Mapping[str, str], exists: Callable[[str], bool], gpu_
 
 
 def build_spec(gpus: Sequence[Gpu], settings: Settings, csv_files: Mapping[str, str] | None = None,
-               exists: Callable[[str], bool] = lambda path: True, warn: Warn | None = None) -> dict[str, Any]:
+               exists: Callable[[str], bool] = lambda path: True, warn: Warn | None = None,
+               alt_roots: Sequence[str] = ()) -> dict[str, Any]:
     """The CDI spec for `gpus` under `settings.cdi_kind`. Pure: `csv_files` and `exists` bring the host in.
 
-    `csv_files` ({file name: text}, see read_csv_files) only matters when a GPU is Tegra.
+    `csv_files` ({file name: text}, see read_csv_files) and `alt_roots` (read_alt_roots) only matter
+    when a GPU is Tegra.
     Malformed CSV lines are skipped and reported through `warn` (default: log a warning).
     Raises ValueError if the result would not be a valid spec (e.g. no GPUs, bad kind).
     """
@@ -189,7 +219,7 @@ def build_spec(gpus: Sequence[Gpu], settings: Settings, csv_files: Mapping[str, 
                          "nothing to describe")
     devices: list[dict[str, Any]] = []
     shared_nodes: list[str] = []
-    shared_mounts: list[str] = []
+    shared_mounts: list[tuple[str, str]] = []
     for gpu in usable:
         own = list(gpu.device_nodes)
         if gpu.backend == "nvml":
@@ -205,7 +235,7 @@ def build_spec(gpus: Sequence[Gpu], settings: Settings, csv_files: Mapping[str, 
             warn(f"CDI: no CSV files in {CSV_DIR}: containers get the GPU's device nodes but no CUDA driver "
                  "libraries; install the NVIDIA container runtime's CSV files (nvidia-container-csv-*)")
         gpu_nodes = {n for g in usable for n in g.device_nodes}
-        csv_nodes, shared_mounts = _csv_edits(csv_files or {}, exists, gpu_nodes, warn)
+        csv_nodes, shared_mounts = _csv_edits(csv_files or {}, exists, gpu_nodes, warn, alt_roots)
         shared_nodes += csv_nodes
     spec: dict[str, Any] = {"cdiVersion": "", "kind": settings.cdi_kind, "devices": devices}
     shared = _edits(nodes=shared_nodes, mounts=shared_mounts)
@@ -386,6 +416,9 @@ def sync_spec(gpus: Sequence[Gpu], settings: Settings, warn: Warn | None = None)
         remove_spec(settings.cdi_spec_dir, settings.cdi_kind)
         return None
     root = settings.host_root
-    csv_files = read_csv_files(root, warn) if any(g.backend == "tegra" for g in gpus) else {}
-    spec = build_spec(gpus, settings, csv_files, exists=lambda p: host_path_exists(root, p), warn=warn)
+    tegra = any(g.backend == "tegra" for g in gpus)
+    csv_files = read_csv_files(root, warn) if tegra else {}
+    alt_roots = read_alt_roots(root) if tegra else []
+    spec = build_spec(gpus, settings, csv_files, exists=lambda p: host_path_exists(root, p), warn=warn,
+                      alt_roots=alt_roots)
     return write_spec(spec, settings.cdi_spec_dir, settings.cdi_kind)

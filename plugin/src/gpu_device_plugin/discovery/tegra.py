@@ -1,8 +1,12 @@
 """Jetson (Tegra) discovery from the device tree, soc0, tegra_fuse and the L4T release file.
 
 A board counts as Jetson only on a SoC signal (device-tree compatible `nvidia,tegra*`, soc0
-family `Tegra*`, or the tegra_fuse chip id); `/etc/nv_tegra_release` alone is L4T userspace,
-which a container or a copied rootfs can carry on any machine.
+family `Tegra*`, soc0 soc_id, or the tegra_fuse chip id); `/etc/nv_tegra_release` alone is
+L4T userspace, which a container or a copied rootfs can carry on any machine.
+
+Nano (T210, L4T R32) drives its GPU through /dev/nvhost-*; Orin (T234, L4T R36 and R39)
+through /dev/nvgpu/igpu0/* with /dev/nvmap and the syncpoint fences of /dev/host1x-fence,
+the nodes meta-tegra's devices.csv names for the container runtime.
 """
 
 from __future__ import annotations
@@ -26,10 +30,19 @@ CHIP_NAMES = {
 # CUDA compute capability of each SoC's integrated GPU
 COMPUTE_CAPABILITY = {"T210": "5.3", "T186": "6.2", "T194": "7.2", "T234": "8.7"}
 
-# Device nodes the iGPU is used through (L4T R32 names and the newer /dev/nvgpu tree).
-GPU_NODE_GLOBS = ("/dev/nvhost-*", "/dev/nvmap", "/dev/nvgpu/igpu0/*")
+# Device nodes the iGPU is used through: L4T R32's nvhost names, and from R35 on the /dev/nvgpu
+# tree with host1x's fence node (CUDA waits on syncpoints through it on Orin).
+GPU_NODE_GLOBS = ("/dev/nvhost-*", "/dev/nvmap", "/dev/nvgpu/igpu0/*", "/dev/host1x-fence")
 # Without at least one of these the GPU is not usable, whatever else exists.
 ESSENTIAL_NODES = ("/dev/nvhost-gpu", "/dev/nvhost-ctrl-gpu", "/dev/nvgpu/igpu0/ctrl")
+
+
+RELEASE_FILES = ("/etc/nv_tegra_release", "/usr/share/nv_tegra/nv_tegra_release")
+_RELEASE = re.compile(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)")
+NVPMODEL_CONF = "/etc/nvpmodel.conf"
+NVPMODEL_STATUS = "/var/lib/nvpmodel/status"
+_POWER_MODEL = re.compile(r"<\s*POWER_MODEL\s+ID=(\d+)\s+NAME=([^\s>]+)")
+_PM_DEFAULT = re.compile(r"<\s*PM_CONFIG\s+DEFAULT=(\d+)")
 
 
 class TegraBackend:
@@ -86,6 +99,11 @@ class TegraBackend:
             match = re.search(r"tegra(\d{3})", family.lower())
             if not chip and match:
                 chip = f"T{match.group(1)}"
+            # newer kernels (R36's 5.15, R39's 6.8) say family "Tegra" and give the chip id as soc_id
+            soc_id = (self._read("/sys/devices/soc0/soc_id") or "").strip()
+            if soc_id.isdigit() and int(soc_id) in CHIP_IDS:
+                evidence.append(f"soc0 soc_id {soc_id} = {CHIP_IDS[int(soc_id)]}")
+                chip = chip or CHIP_IDS[int(soc_id)]
         for entry in self.compatible():
             match = re.fullmatch(r"nvidia,tegra(\d{3})", entry)
             if match:
@@ -95,10 +113,36 @@ class TegraBackend:
         return chip, evidence
 
     def l4t_release(self) -> str:
-        """'R32.7.6' from '# R32 (release), REVISION: 7.6, ...', or ''."""
-        text = self._read("/etc/nv_tegra_release") or ""
-        match = re.search(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", text)
-        return f"R{match.group(1)}.{match.group(2)}" if match else ""
+        """'R32.7.6' from '# R32 (release), REVISION: 7.6, ...' (R36: 'REVISION: 4.0', R39: '2.0'), or ''.
+
+        meta-tegra keeps the first line in /etc and a copy in /usr/share/nv_tegra."""
+        for path in RELEASE_FILES:
+            match = _RELEASE.search(self._read(path) or "")
+            if match:
+                return f"R{match.group(1)}.{match.group(2).rstrip('.')}"
+        return ""
+
+    def power_mode(self) -> str:
+        """The nvpmodel power mode's name (e.g. '15W', 'MAXN_SUPER'), or '' when nvpmodel is absent.
+
+        /var/lib/nvpmodel/status holds the mode set now ('pmode:0002 ...'); without it the
+        configuration's default (`< PM_CONFIG DEFAULT=2 >`) is what boot applies."""
+        conf = self._read_all(NVPMODEL_CONF) or ""
+        names = {int(m.group(1)): m.group(2) for m in _POWER_MODEL.finditer(conf)}
+        status = self._read(NVPMODEL_STATUS) or ""
+        current = re.search(r"pmode:\s*(\d+)", status) or re.fullmatch(r"\s*(\d+)\s*", status)
+        chosen = current or _PM_DEFAULT.search(conf)
+        if chosen is None:
+            return ""
+        number = int(chosen.group(1))
+        return names.get(number, f"mode {number}")
+
+    def _read_all(self, path: str) -> str | None:
+        try:
+            with open(self._path(path), "rb") as f:
+                return f.read(1 << 20).decode("utf-8", "replace")
+        except OSError:
+            return None
 
     def device_nodes(self) -> tuple[str, ...]:
         found: list[str] = []
@@ -140,7 +184,8 @@ class TegraBackend:
                 "load the GPU driver (modprobe nvgpu) or, in a container, mount /dev"
             )
         properties = {"chip": chip or "unknown", "model": self.model(), "l4t": self.l4t_release(),
-                      "compatible": ",".join(self.compatible()), "memory": "shared with the CPU"}
+                      "compatible": ",".join(self.compatible()), "memory": "shared with the CPU",
+                      "power_mode": self.power_mode()}
         if chip in COMPUTE_CAPABILITY:
             properties["compute_capability"] = COMPUTE_CAPABILITY[chip]
         slug = chip.lower() if chip else "unknown"

@@ -1,5 +1,6 @@
-"""Checks for a discrete GPU's stack: the driver (loaded, kernel and userspace of one version) and the
-NVIDIA Container Toolkit's CDI spec (present, naming every GPU, made after the driver loaded)."""
+"""Checks for NVIDIA's stack: a discrete GPU's driver (loaded, kernel and userspace of one version), the
+NVIDIA Container Toolkit's CDI spec (present, naming every GPU, made after the driver loaded) and,
+on Orin, the toolkit's configuration (mode, CSV alternate roots)."""
 
 from __future__ import annotations
 
@@ -110,3 +111,48 @@ def check_cdi(settings: Settings, gpu_kind: str | None, gpus: Sequence[Gpu]) -> 
     specs = toolkit_cdi.read_specs(settings.host_root, skip=(toolkit_cdi.own_spec(settings),), warn=lambda _: None)
     mode = runtime_mode(read_text(host_path(settings, RUNTIME_CONFIG)))
     return evaluate_cdi(gpu_kind, gpus, specs, settings, loaded_at, mode)
+
+
+def evaluate_jetson_toolkit(gpu_kind: str | None, l4t: str, config: str | None, dangling: bool,
+                            missing_roots: Sequence[str], has_spec: bool) -> Check:
+    """Orin's NVIDIA Container Toolkit (1.19 on meta-tegra wrynose): its config, mode and CSV alternate roots.
+
+    `config`: config.toml's text (None when absent); `dangling`: it is a link whose target is gone
+    (meta-tegra links it to /run, written at boot by nvidia-container-setup.service)."""
+    name = "NVIDIA container toolkit"
+    if gpu_kind != "tegra":
+        return Check(name, SKIP, "only a Jetson's toolkit is checked here (x86: see the driver and CDI checks)")
+    if l4t.startswith("R32"):
+        return Check(name, SKIP, f"L4T {l4t}: the Nano's runtime (1.0.x) reads only the CSV files")
+    setup = "systemctl status nvidia-container-setup.service (it writes the config at boot), then restart docker"
+    if dangling:
+        return Check(name, FAIL, f"{RUNTIME_CONFIG} links to a file that does not exist: the runtime runs with "
+                     "defaults, without meta-tegra's passthrough libraries", setup)
+    if config is None:
+        return Check(name, FAIL, f"no {RUNTIME_CONFIG}: the runtime runs with defaults, without the CSV alternate "
+                     "roots meta-tegra configures", setup)
+    mode = runtime_mode(config) or "auto"
+    if mode == "cdi" and not has_spec:
+        return Check(name, FAIL, "mode is cdi but no toolkit CDI spec exists: every GPU container fails",
+                     "set mode = \"auto\" (CSV mode on Jetson) or run nvidia-ctk cdi generate --mode=csv "
+                     "--output=/var/run/cdi/nvidia.yaml")
+    if mode not in ("auto", "csv", "cdi"):
+        return Check(name, WARN, f"mode is {mode}: on a Jetson the toolkit injects the GPU in csv mode (auto picks it)",
+                     f'set mode = "auto" in {RUNTIME_CONFIG}')
+    if missing_roots:
+        return Check(name, WARN, f"CSV alternate root(s) {short_list(list(missing_roots))} do not exist: their "
+                     "libraries are taken from the rootfs instead", "install tegra-container-passthrough")
+    return Check(name, PASS, f"{RUNTIME_CONFIG}: mode {mode}" + (", CDI spec present" if has_spec else ""))
+
+
+def check_jetson_toolkit(settings: Settings, gpu_kind: str | None, gpus: Sequence[Gpu]) -> Check:
+    from ..cdi import read_alt_roots
+
+    path = host_path(settings, RUNTIME_CONFIG)
+    dangling = os.path.islink(path) and not os.path.exists(path)
+    l4t = next((g.properties.get("l4t", "") for g in gpus if g.backend == "tegra"), "")
+    roots = read_alt_roots(settings.host_root)
+    missing = [r for r in roots if not os.path.isdir(host_path(settings, r))]
+    has_spec = bool(toolkit_cdi.read_specs(settings.host_root, skip=(toolkit_cdi.own_spec(settings),),
+                                           warn=lambda _: None))
+    return evaluate_jetson_toolkit(gpu_kind, l4t, read_text(path), dangling, missing, has_spec)
