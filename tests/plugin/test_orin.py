@@ -5,6 +5,7 @@ Nano's fixture runs through the same paths, so both stay first-class."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -262,3 +263,11 @@ def test_dangling_config_link_is_found_on_the_node(tmp_path: Path) -> None:
     config.unlink()
     os.symlink("/run/nvidia-container-runtime/config.toml-that-is-not-there", config)
     assert orin_checks(root)["NVIDIA container toolkit"][0] == FAIL
+
+
+def test_a_jetson_served_by_the_plugins_own_spec_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO):
+        toolkit_cdi.report([discover(NANO)], Settings(device_list_strategy=("cdi-cri",), host_root=str(NANO)))
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name.endswith("toolkit_cdi")]
+    assert lines and all(level == logging.INFO for level, _ in lines)
+    assert "its containers get the plugin's own spec" in lines[0][1]

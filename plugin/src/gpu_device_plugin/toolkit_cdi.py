@@ -178,7 +178,7 @@ def coverage(gpus: Sequence[Gpu], specs: Sequence[ToolkitSpec], id_strategy: str
     names: dict[str, str] = {}
     problems: dict[str, str] = {}
     for gpu in gpus:
-        if gpu.backend not in ("nvml", "tegra"):
+        if gpu.backend not in ("nvml", "tegra") or gpu.mig_enabled:  # MIG GPUs are never handed out whole
             continue
         name, problem = match_gpu(gpu, specs, id_strategy)
         if name:
@@ -246,7 +246,9 @@ class ToolkitSpecs:
             if (gpu.id + problem) in self._told:
                 return
             self._told.add(gpu.id + problem)
-        log.error("%s", fallback_message(gpu, problem))
+        # a Jetson without the toolkit's spec is served by ours as designed (the Nano has no other);
+        # an NVML GPU without it loses CDI, which someone set up on purpose
+        log.log(logging.ERROR if gpu.backend == "nvml" else logging.INFO, "%s", fallback_message(gpu, problem))
 
 
 def fallback_message(gpu: Gpu, problem: str) -> str:

@@ -63,7 +63,7 @@ def evaluate_cdi(gpu_kind: str | None, gpus: Sequence[Gpu], specs: Sequence[tool
                  settings: Settings, driver_loaded_at: float | None, runtime_mode: str) -> Check:
     """The toolkit's spec: present, naming every GPU, made after the driver loaded."""
     name = "NVIDIA CDI spec"
-    relevant = [g for g in gpus if g.backend == gpu_kind]
+    relevant = [g for g in gpus if g.backend == gpu_kind and not g.mig_enabled]
     if gpu_kind not in ("nvml", "tegra") or not relevant:
         return Check(name, SKIP, "no NVIDIA GPU discovered")
     uses_cdi = any(s.startswith("cdi-") for s in settings.device_list_strategy) or runtime_mode == "cdi"
