@@ -164,3 +164,15 @@ def test_the_daemon_hands_the_kubelet_toolkit_names(socket_dir: str, kubelet: Ku
     assert [d.name for d in container.cdi_devices] == [f"nvidia.com/gpu={UUID1}"]
     assert dict(container.envs) == {}
     assert any(f"goes to containers as nvidia.com/gpu={UUID0}" in r.getMessage() for r in caplog.records)
+
+
+def test_a_spec_rewritten_in_place_is_read_again(tmp_path: Path) -> None:
+    root = host_with_spec(tmp_path)
+    gpus = discover(root)
+    toolkit = toolkit_cdi.ToolkitSpecs(str(root))
+    assert toolkit.namer("uuid")(gpus[1]) == f"nvidia.com/gpu={UUID1}"
+    spec = root / "var/run/cdi/nvidia.yaml"
+    # same file, same directory entry: GPU 1 is no longer in it, by UUID or by index
+    spec.write_text(spec.read_text().replace(UUID1, "GPU-gone").replace('name: "1"', 'name: "5"'))
+    os.utime(spec, ns=(spec.stat().st_mtime_ns + 10**9,) * 2)
+    assert toolkit.namer("uuid")(gpus[1]) is None

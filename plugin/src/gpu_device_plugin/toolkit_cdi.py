@@ -203,6 +203,7 @@ class ToolkitSpecs:
         self._lock = threading.Lock()
         self._key: tuple[Any, ...] | None = None
         self._specs: list[ToolkitSpec] = []
+        self._files: list[str] = []
         self._told: set[str] = set()
 
     def _stamp(self) -> tuple[Any, ...]:
@@ -212,20 +213,24 @@ class ToolkitSpecs:
                 stamps.append(os.stat(os.path.join(self.root, directory.lstrip("/"))).st_mtime_ns)
             except OSError:
                 stamps.append(None)
-        for path in spec_files(self.root, self.dirs):
+        # a file added, removed or renamed over changes its directory's mtime; one rewritten in
+        # place changes its own: the files seen last time are all that needs a stat (no listing)
+        for path in self._files:
             try:
                 stat = os.stat(path)
                 stamps.append((path, stat.st_mtime_ns, stat.st_size))
             except OSError:
-                pass
+                stamps.append((path, None))
         return tuple(stamps)
 
     def specs(self) -> list[ToolkitSpec]:
         key = self._stamp()
         with self._lock:
             if key != self._key:
+                self._files = spec_files(self.root, self.dirs)
+                fresh = self._stamp()  # taken before reading: a change during the read is seen next time
                 self._specs = read_specs(self.root, dirs=self.dirs, skip=self.skip)
-                self._key = key
+                self._key = fresh
             return self._specs
 
     def namer(self, id_strategy: str) -> Callable[[Gpu], str | None]:
