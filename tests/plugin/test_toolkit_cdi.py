@@ -157,7 +157,7 @@ def test_nvml_with_cdi_is_accepted_and_our_kind_may_not_be_the_toolkits() -> Non
 def test_the_daemon_hands_the_kubelet_toolkit_names(socket_dir: str, kubelet: KubeletDouble,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     settings = replace(simulated_settings(socket_dir), device_discovery_strategy="nvml", simulated_gpus=0,
-                       device_list_strategy=("cdi-cri",), host_root=str(FIXTURE))
+                       device_list_strategy=("cdi-cri",), host_root=str(FIXTURE), cdi_spec_dir=socket_dir)
     with caplog.at_level(logging.INFO), RunningDaemon(Daemon(settings, discover(FIXTURE), None, environ={})):
         response = kubelet.wait_registered().allocate([UUID1])
     [container] = response.container_responses
