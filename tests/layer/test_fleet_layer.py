@@ -6,6 +6,7 @@ from __future__ import annotations
 import configparser
 import os
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -216,14 +217,21 @@ class DataRun:
         self.mounted(["/", "/data"])
         self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_K8S_ROOT": str(self.root),
                     "GPU_K8S_PERSIST_LIST": str(DATA_DIR / "files/persist.list"),
+                    "GPU_K8S_NODE_CONFIG_LIST": str(DATA_DIR / "files/node-config.list"),
                     "GPU_K8S_MOUNTINFO": str(self.mountinfo)}
 
     def mounted(self, points: list[str]) -> None:
         self.mountinfo.write_text("".join(f"{20 + i} 1 8:1 / {p} rw - ext4 /dev/x rw\n" for i, p in enumerate(points)))
 
-    def run(self) -> subprocess.CompletedProcess:
-        return subprocess.run(["sh", str(DATA_DIR / "files/gpu-k8s-data.sh")], env=self.env,
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", str(DATA_DIR / "files/gpu-k8s-data.sh"), *args], env=self.env,
                               capture_output=True, text=True, timeout=30)
+
+    def new_slot(self) -> None:
+        """An A/B update: a fresh root filesystem from the image; /data stays."""
+        for child in self.root.iterdir():
+            if child.name != "data":
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
 
     def mounts(self) -> list[str]:
         return self.calls.read_text().splitlines() if self.calls.exists() else []
@@ -261,6 +269,116 @@ def test_paths_already_bound_are_left_alone(tmp_path):
     result = run.run()
     assert result.returncode == 0 and run.mounts() == []
     assert "already bound" in result.stdout
+
+
+def node_config_list() -> dict[str, tuple[str, str]]:
+    entries = {}
+    for line in (DATA_DIR / "files/node-config.list").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, path, *flag = line.split()
+            entries[name] = (path, flag[0] if flag else "")
+    return entries
+
+
+def test_everything_that_provisions_a_node_is_kept_but_no_image_drop_in():
+    paths = {path for path, _ in node_config_list().values()}
+    assert {"/etc/rancher/k3s/config.yaml", "/etc/rancher/k3s/token", "/etc/default/k3s", "/etc/default/k3s-agent",
+            "/etc/gpu-device-plugin/config.yaml", "/etc/default/gpu-k8s-update"} <= paths
+    image_dropins = {"10-gpu-k8s-runtime.yaml", "20-gpu-k8s-kubelet.yaml", "60-gpu-k8s-gpu-labels.yaml"}
+    assert not {Path(path).name for path in paths} & image_dropins, "the layer's drop-ins come from the new slot"
+    assert not any(path.startswith(("/usr", "/lib")) for path in paths)
+
+
+def provision_agent(root: Path) -> None:
+    """What docs/layer.md "Joining a cluster" tells a person to do on an agent."""
+    (root / "etc/rancher/k3s").mkdir(parents=True, exist_ok=True)
+    (root / "etc/rancher/k3s/token").write_text("K10secret\n")
+    (root / "etc/rancher/k3s/config.yaml").write_text("server: https://server:6443\ntoken-file: /etc/rancher/k3s/token\n")
+
+
+def image_slot(root: Path, plugin_default: str = "resources: 1\n") -> None:
+    """What the image ships in /etc: the layer's drop-ins and the plugin's default config."""
+    (root / "etc/rancher/k3s/config.yaml.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/rancher/k3s/config.yaml.d/10-gpu-k8s-runtime.yaml").write_text("docker: true\n")
+    (root / "etc/gpu-device-plugin").mkdir(parents=True, exist_ok=True)
+    (root / "etc/gpu-device-plugin/config.yaml").write_text(plugin_default)
+
+
+def test_an_agent_provisioned_as_documented_is_the_same_agent_on_the_new_slot(tmp_path):
+    run = DataRun(tmp_path)
+    image_slot(run.root)
+    assert run.run().returncode == 0
+    provision_agent(run.root)  # written after boot, through no link: regular files on the slot
+    stop = run.run("--adopt")  # the update's reboot stops the unit
+    assert stop.returncode == 0, stop.stderr
+    run.new_slot()
+    image_slot(run.root)
+    boot = run.run()
+    assert boot.returncode == 0, boot.stderr
+    config = run.root / "etc/rancher/k3s/config.yaml"
+    assert config.is_symlink() and os.readlink(config) == "/data/gpu-k8s/node-config/k3s-config"
+    kept = run.root / "data/gpu-k8s/node-config"
+    assert (kept / "k3s-config").read_text().startswith("server: https://server:6443")
+    assert (kept / "k3s-token").read_text() == "K10secret\n"
+    assert os.readlink(run.root / "etc/rancher/k3s/token") == "/data/gpu-k8s/node-config/k3s-token"
+    dropin = run.root / "etc/rancher/k3s/config.yaml.d/10-gpu-k8s-runtime.yaml"
+    assert not dropin.is_symlink(), "the image's drop-ins are the new slot's own"
+
+
+def test_a_file_written_after_boot_is_kept_at_the_next_boot_even_without_a_clean_shutdown(tmp_path):
+    run = DataRun(tmp_path)
+    assert run.run().returncode == 0
+    (run.root / "etc/default").mkdir(parents=True)
+    (run.root / "etc/default/k3s-agent").write_text("K3S_URL=https://server:6443\n")
+    assert run.run().returncode == 0  # a reboot on the same slot
+    assert (run.root / "data/gpu-k8s/node-config/default-k3s-agent").read_text() == "K3S_URL=https://server:6443\n"
+    assert (run.root / "etc/default/k3s-agent").is_symlink()
+
+
+def test_an_edit_that_replaced_the_link_is_kept_not_reverted(tmp_path):
+    run = DataRun(tmp_path)
+    provision_agent(run.root)
+    assert run.run().returncode == 0
+    config = run.root / "etc/rancher/k3s/config.yaml"
+    assert config.is_symlink()
+    config.unlink()  # sed -i writes a new file in place of the link
+    config.write_text("server: https://other:6443\n")
+    assert run.run("--adopt").returncode == 0
+    assert (run.root / "data/gpu-k8s/node-config/k3s-config").read_text() == "server: https://other:6443\n"
+    assert config.is_symlink()
+
+
+def test_nothing_is_linked_that_does_not_exist(tmp_path):
+    """A dangling link in config.yaml.d would stop k3s (it reads every *.yaml there)."""
+    run = DataRun(tmp_path)
+    image_slot(run.root)
+    assert run.run().returncode == 0
+    assert not (run.root / "etc/rancher/k3s/config.yaml.d/90-local.yaml").is_symlink()
+    assert not (run.root / "etc/rancher/k3s/config.yaml").exists()
+
+
+def test_the_plugin_config_keeps_your_edit_and_takes_new_defaults_only_when_unchanged(tmp_path):
+    run = DataRun(tmp_path)
+    image_slot(run.root, "resources: 1\n")
+    assert run.run().returncode == 0
+    kept = run.root / "data/gpu-k8s/node-config/gpu-device-plugin"
+    assert kept.read_text() == "resources: 1\n"
+    # an update with a new default, never edited: the new default applies
+    run.new_slot()
+    image_slot(run.root, "resources: 2\n")
+    assert run.run().returncode == 0
+    assert kept.read_text() == "resources: 2\n"
+    # edited through the link (it points at /data on the board), then an update with yet
+    # another default: the edit wins
+    kept.write_text("resources: 7\n")
+    run.new_slot()
+    image_slot(run.root, "resources: 3\n")
+    result = run.run()
+    assert result.returncode == 0
+    assert kept.read_text() == "resources: 7\n"
+    assert "kept your copy" in result.stdout
+    assert (run.root / "data/gpu-k8s/node-config/.image/gpu-device-plugin").read_text() == "resources: 3\n"
+    assert os.readlink(run.root / "etc/gpu-device-plugin/config.yaml") == "/data/gpu-k8s/node-config/gpu-device-plugin"
 
 
 def test_without_the_data_partition_nothing_is_bound_and_the_unit_fails(tmp_path):

@@ -1,7 +1,9 @@
 SUMMARY = "Keeps docker, k3s and node identity on the data partition across A/B updates"
 DESCRIPTION = "A oneshot unit that binds /data/gpu-k8s/<name> over /var/lib/docker, \
 /var/lib/rancher/k3s, /etc/rancher/node, /var/lib/kubelet and /var/lib/gpu-k8s before docker \
-and k3s start, seeding each from the image on first boot; docker and k3s require it."
+and k3s start, seeding each from the image on first boot, and links the files that provision \
+the node (k3s config.yaml and token, /etc/default settings, the plugin's config) to their \
+copies in /data/gpu-k8s/node-config; docker and k3s require it."
 HOMEPAGE = "https://github.com/meta-gpu-k8s/meta-gpu-k8s"
 LICENSE = "MIT"
 # nooelint: oelint.var.licenseremotefile - no upstream source: our own scripts, MIT
@@ -10,6 +12,7 @@ LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/MIT;md5=0835ade698e0bcf8506ecda
 SRC_URI = "file://gpu-k8s-data.sh \
            file://gpu-k8s-data.service \
            file://persist.list \
+           file://node-config.list \
            file://10-gpu-k8s-data.conf \
 "
 
@@ -22,7 +25,7 @@ GPU_K8S_DATA_REQUIRED_BY = "docker.service k3s.service k3s-agent.service"
 do_install() {
     install -d ${D}${libexecdir} ${D}${datadir}/gpu-k8s ${D}${systemd_system_unitdir}
     install -m 0755 ${UNPACKDIR}/gpu-k8s-data.sh ${D}${libexecdir}/gpu-k8s-data
-    install -m 0644 ${UNPACKDIR}/persist.list ${D}${datadir}/gpu-k8s/persist.list
+    install -m 0644 ${UNPACKDIR}/persist.list ${UNPACKDIR}/node-config.list ${D}${datadir}/gpu-k8s/
     install -m 0644 ${UNPACKDIR}/gpu-k8s-data.service ${D}${systemd_system_unitdir}/
     sed -i -e 's#@DATADIR@#${datadir}#g' ${D}${libexecdir}/gpu-k8s-data \
         ${D}${systemd_system_unitdir}/gpu-k8s-data.service

@@ -1,15 +1,90 @@
 #!/bin/sh
 # Bind node state from the data partition over its place in the root filesystem, so that
-# docker, k3s and the node identity survive an A/B slot switch. Idempotent: a path that is
-# already a mount point is left alone. GPU_K8S_ROOT prefixes every path (tests).
+# docker, k3s and the node identity survive an A/B slot switch, and link the files that
+# provision the node (k3s config.yaml and token, settings files) to their kept copies.
+# Idempotent: a path that is already a mount point is left alone.
+#   gpu-k8s-data           at boot: binds and links
+#   gpu-k8s-data --adopt   at shutdown (ExecStop): keep provisioning files written on this
+#                          slot since boot, before a reboot into another slot drops them
+# GPU_K8S_ROOT prefixes every path (tests).
 set -eu
 
 root=${GPU_K8S_ROOT:-}
 list=${GPU_K8S_PERSIST_LIST:-@DATADIR@/gpu-k8s/persist.list}
+files_list=${GPU_K8S_NODE_CONFIG_LIST:-@DATADIR@/gpu-k8s/node-config.list}
 data=${GPU_K8S_DATA_DIR:-/data/gpu-k8s}
 mountinfo=${GPU_K8S_MOUNTINFO:-/proc/self/mountinfo}
+mode=boot
+[ "${1:-}" = "--adopt" ] && mode=adopt
 
 say() { echo "gpu-k8s-data: $*"; }
+
+# Move a provisioning file from the root slot to its kept copy (atomically, by rename within
+# /data) and link it back.
+adopt() {
+    path=$1 kept=$2
+    cp -p "$root$path" "$root$kept.new" && mv "$root$kept.new" "$root$kept" \
+        && rm -f "$root$path" && ln -s "$kept" "$root$path"
+}
+
+# One provisioning file. The kept copy, when there is one, is the truth; a regular file
+# at PATH was written on this slot (the image ships none, except "image" defaults).
+keep_file() {
+    name=$1 path=$2 flag=$3
+    dir=$data/node-config
+    kept=$dir/$name
+    image_copy=$dir/.image/$name
+    target=$root$path
+    mkdir -p "$root$dir/.image"
+    if [ -L "$target" ]; then
+        if [ "$(readlink "$target")" != "$kept" ]; then
+            say "$path links elsewhere ($(readlink "$target")): left alone, not kept across updates"
+        fi
+        return 0
+    fi
+    if [ -f "$target" ] && [ ! -e "$root$kept" ]; then
+        [ "$flag" = image ] && cp -p "$target" "$root$image_copy"
+        adopt "$path" "$kept"
+        say "kept $path in $kept"
+    elif [ -f "$target" ] && [ "$flag" = image ] && [ -f "$root$image_copy" ] \
+            && cmp -s "$target" "$root$image_copy"; then
+        rm -f "$target"
+        ln -s "$kept" "$target"
+    elif [ -f "$target" ] && [ "$flag" = image ] && [ "$mode" = boot ]; then
+        # A new image default. It replaces the kept copy only if that was never changed.
+        if [ -f "$root$image_copy" ] && cmp -s "$root$kept" "$root$image_copy"; then
+            cp -p "$target" "$root$image_copy"
+            adopt "$path" "$kept"
+            say "$path: took the new image's default (the kept copy was never changed)"
+        else
+            cp -p "$target" "$root$image_copy"
+            rm -f "$target"
+            ln -s "$kept" "$target"
+            say "$path: kept your copy; the new image's default is in $image_copy"
+        fi
+    elif [ -f "$target" ]; then
+        # Written on this slot by a tool that replaced the link (sed -i, an editor): newer.
+        adopt "$path" "$kept"
+        say "kept the $path written on this slot in $kept"
+    elif [ ! -e "$target" ] && [ -e "$root$kept" ] && [ "$mode" = boot ]; then
+        mkdir -p "$(dirname "$target")"
+        ln -s "$kept" "$target"
+        say "linked $path to $kept"
+    fi
+}
+
+keep_files() {
+    [ -f "$files_list" ] || return 0
+    while read -r name path flag rest; do
+        case "$name" in ''|'#'*) continue ;; esac
+        if [ -z "$path" ] || [ -n "$rest" ] || { [ -n "$flag" ] && [ "$flag" != image ]; }; then
+            say "bad line in $files_list: '$name $path $flag $rest' (want: NAME PATH [image])" >&2
+            status=1
+            continue
+        fi
+        keep_file "$name" "$path" "$flag" || status=1
+    done < "$files_list"
+}
 
 is_mount_point() {
     # field 5 of mountinfo is the mount point
@@ -22,6 +97,10 @@ if ! is_mount_point /data; then
 fi
 
 status=0
+if [ "$mode" = adopt ]; then
+    keep_files
+    exit $status
+fi
 while read -r name path rest; do
     case "$name" in ''|'#'*) continue ;; esac
     if [ -z "$path" ] || [ -n "$rest" ]; then
@@ -54,4 +133,5 @@ while read -r name path rest; do
         status=1
     fi
 done < "$list"
+keep_files
 exit $status
