@@ -293,7 +293,8 @@ def provision_agent(root: Path) -> None:
     """What docs/layer.md "Joining a cluster" tells a person to do on an agent."""
     (root / "etc/rancher/k3s").mkdir(parents=True, exist_ok=True)
     (root / "etc/rancher/k3s/token").write_text("K10secret\n")
-    (root / "etc/rancher/k3s/config.yaml").write_text("server: https://server:6443\ntoken-file: /etc/rancher/k3s/token\n")
+    (root / "etc/rancher/k3s/config.yaml").write_text(
+        "server: https://server:6443\ntoken-file: /etc/rancher/k3s/token\n")
 
 
 def image_slot(root: Path, plugin_default: str = "resources: 1\n") -> None:
@@ -316,11 +317,11 @@ def test_an_agent_provisioned_as_documented_is_the_same_agent_on_the_new_slot(tm
     boot = run.run()
     assert boot.returncode == 0, boot.stderr
     config = run.root / "etc/rancher/k3s/config.yaml"
-    assert config.is_symlink() and os.readlink(config) == "/data/gpu-k8s/node-config/k3s-config"
+    assert config.is_symlink() and os.readlink(config) == "../../../data/gpu-k8s/node-config/k3s-config"
     kept = run.root / "data/gpu-k8s/node-config"
     assert (kept / "k3s-config").read_text().startswith("server: https://server:6443")
     assert (kept / "k3s-token").read_text() == "K10secret\n"
-    assert os.readlink(run.root / "etc/rancher/k3s/token") == "/data/gpu-k8s/node-config/k3s-token"
+    assert (run.root / "etc/rancher/k3s/token").read_text() == "K10secret\n", "read through the link"
     dropin = run.root / "etc/rancher/k3s/config.yaml.d/10-gpu-k8s-runtime.yaml"
     assert not dropin.is_symlink(), "the image's drop-ins are the new slot's own"
 
@@ -368,9 +369,8 @@ def test_the_plugin_config_keeps_your_edit_and_takes_new_defaults_only_when_unch
     image_slot(run.root, "resources: 2\n")
     assert run.run().returncode == 0
     assert kept.read_text() == "resources: 2\n"
-    # edited through the link (it points at /data on the board), then an update with yet
-    # another default: the edit wins
-    kept.write_text("resources: 7\n")
+    # edited through the link, then an update with yet another default: the edit wins
+    (run.root / "etc/gpu-device-plugin/config.yaml").write_text("resources: 7\n")
     run.new_slot()
     image_slot(run.root, "resources: 3\n")
     result = run.run()
@@ -378,7 +378,7 @@ def test_the_plugin_config_keeps_your_edit_and_takes_new_defaults_only_when_unch
     assert kept.read_text() == "resources: 7\n"
     assert "kept your copy" in result.stdout
     assert (run.root / "data/gpu-k8s/node-config/.image/gpu-device-plugin").read_text() == "resources: 3\n"
-    assert os.readlink(run.root / "etc/gpu-device-plugin/config.yaml") == "/data/gpu-k8s/node-config/gpu-device-plugin"
+    assert (run.root / "etc/gpu-device-plugin/config.yaml").read_text() == "resources: 7\n"
 
 
 def test_without_the_data_partition_nothing_is_bound_and_the_unit_fails(tmp_path):

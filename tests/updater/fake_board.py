@@ -109,6 +109,10 @@ if s["api_down"]:
 words = [a for a in args if not a.startswith("--kubeconfig") and not a.startswith("--request-timeout")
          and a != s.get("kubeconfig_path")]
 if words[:2] == ["get", "node"]:
+    registered = s["node"]["metadata"]["name"] if s["node"] else None
+    if len(words) > 2 and words[2] != registered:
+        print('Error from server (NotFound): nodes "%s" not found' % words[2], file=sys.stderr)
+        sys.exit(1)
     print(json.dumps(s["node"]))
 elif words[:2] == ["delete", "pod"]:
     s["smoke_pod"] = None
@@ -139,10 +143,10 @@ else:
 """
 
 
-def node_object(ready: bool = True, gpus: int = 1) -> dict[str, Any]:
+def node_object(ready: bool = True, gpus: int = 1, name: str = "nano-1") -> dict[str, Any]:
     return {
         "kind": "Node",
-        "metadata": {"name": "nano-1"},
+        "metadata": {"name": name},
         "status": {
             "conditions": [
                 {"type": "MemoryPressure", "status": "False"},
@@ -304,8 +308,8 @@ class Board:
         self.checkpoint.write_text(json.dumps({"Data": {"PodDeviceEntries": None, "RegisteredDevices": devices},
                                                "Checksum": 1}))
 
-    def set_node(self, ready: bool = True, gpus: int = 1) -> None:
-        self.change(node=node_object(ready, gpus))
+    def set_node(self, ready: bool = True, gpus: int = 1, name: str = "nano-1") -> None:
+        self.change(node=node_object(ready, gpus, name))
 
     # --- the bootloader ----------------------------------------------------------------
     def power_cycle(self) -> None:

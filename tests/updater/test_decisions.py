@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gpu_k8s_update import decide, settings
+from gpu_k8s_update import decide, probes, settings
 from gpu_k8s_update.model import GatePolicy, HealthFacts, Marker, NodeStatus, Outcome, Phase, Step, UpdateFacts
 
 THIS_BOOT, EARLIER_BOOT = "boot-2", "boot-1"
@@ -95,6 +95,29 @@ def test_unreachable_api_never_excuses_a_failed_local_check() -> None:
     offline = healthy(node=None, node_detail="refused", plugin_registered=False, plugin_detail="not registered")
     assert decide.judge_health(offline, POLICY, elapsed_s=899).outcome is Outcome.WAIT
     assert decide.judge_health(offline, POLICY, elapsed_s=900).outcome is Outcome.FAIL
+
+
+def test_an_api_server_that_answers_with_an_error_is_never_taken_for_an_outage() -> None:
+    unknown = healthy(node=None, node_detail='the API server has no node "nano"', api_answered=True)
+    assert decide.judge_health(unknown, POLICY, elapsed_s=300).outcome is Outcome.WAIT
+    failed = decide.judge_health(unknown, POLICY, elapsed_s=900)
+    assert failed.outcome is Outcome.FAIL and "has no node" in failed.reason
+
+
+@pytest.mark.parametrize(
+    ("output", "returncode", "unreachable"),
+    [
+        ("The connection to the server 127.0.0.1:6444 was refused - did you specify the right host or port?", 1, True),
+        ("Unable to connect to the server: dial tcp 10.0.0.1:6443: i/o timeout", 1, True),
+        ("Error from server (ServiceUnavailable): the server is currently unable to handle the request", 1, True),
+        ("kubectl: no answer within 30s", 124, True),
+        ('Error from server (NotFound): nodes "nano" not found', 1, False),
+        ('Error from server (Forbidden): nodes "x" is forbidden: User "system:node:y" cannot get', 1, False),
+        ("error: You must be logged in to the server (Unauthorized)", 1, False),
+    ],
+)
+def test_kubectl_failures_are_told_apart(output: str, returncode: int, unreachable: bool) -> None:
+    assert probes.api_unreachable(output, returncode) is unreachable
 
 
 def test_plugin_healthz_when_configured_is_authoritative() -> None:

@@ -92,7 +92,9 @@ def judge_health(facts: HealthFacts, policy: GatePolicy, elapsed_s: float) -> Ve
     if facts.smoke_ok is False:
         problems.append(f"GPU smoke pod: {facts.smoke_detail}")
     unreachable_pass = False
-    if facts.node is None:
+    if facts.node is None and facts.api_answered:
+        problems.append(f"API server: {facts.node_detail}")
+    elif facts.node is None:
         if elapsed_s >= policy.unreachable_grace_s:
             unreachable_pass = True
         else:

@@ -41,15 +41,24 @@ def run_gate(node: Node) -> int:
         return EXIT_OK
     expected, why = decide.gpu_expected(settings.gpu, marker.gpus_before if marker else None)
     policy = GatePolicy(settings.gate_timeout_s, expected, settings.unreachable_grace_s)
-    log.info("gate: judging %s within %.0fs; %s", booted, policy.timeout_s, why)
-    store.record("gate-start", version=booted, gpu_expected=expected, why=why)
+    log.info("gate: judging %s within %.0fs as node %s (%s); %s", booted, policy.timeout_s, node.node_name,
+             node.node_name_source, why)
+    store.record("gate-start", version=booted, gpu_expected=expected, why=why, node=node.node_name,
+                 node_name_from=node.node_name_source)
     boot_time = node.host.boot_time()
     started = node.host.monotonic()
     last_reason = ""
+    probes = unreachable = 0
     while True:
         elapsed = node.host.monotonic() - started
         facts = node.probe_health(boot_time)
+        probes += 1
+        unreachable += facts.node is None and not facts.api_answered
         verdict = decide.judge_health(facts, policy, elapsed)
+        if verdict.outcome is Outcome.PASS and facts.node is None:
+            # Say how often the cluster could not be asked, for whoever reads the verdict.
+            verdict = replace(verdict, reason=f"{verdict.reason} (API server unreachable in {unreachable} of "
+                              f"{probes} probes)")
         if verdict.outcome is Outcome.PASS and _wants_smoke_pod(node, policy, facts.node is not None):
             # Only once everything else is healthy: it is the slowest check and needs the API.
             ok, detail = node.run_smoke_pod()

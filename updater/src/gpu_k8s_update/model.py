@@ -89,13 +89,16 @@ class HealthFacts:
     docker_detail: str
     kubelet_ok: bool
     kubelet_detail: str
-    node: NodeStatus | None  # None: the API server could not be reached
+    node: NodeStatus | None  # None: the API server could not be asked about this node
     node_detail: str
     plugin_registered: bool  # the kubelet has nvidia.com/gpu from our plugin in this boot
     plugin_detail: str
     plugin_healthz_ok: bool | None = None  # None: no metrics address configured
     smoke_ok: bool | None = None  # None: no GPU smoke pod was run
     smoke_detail: str = ""
+    # With node None: True when the API server answered with an error (the node is unknown
+    # to it, the credentials are refused): a failing check, never an outage.
+    api_answered: bool = False
 
 
 @dataclass(frozen=True)

@@ -66,24 +66,54 @@ def http_ok(url: str) -> tuple[bool, str]:
         return False, f"{url}: {reason}"
 
 
+# kubectl's words when no API server answered at all (refused, no route, timeout, TLS never
+# completed, the server still starting). Anything else the server said is an answer.
+_UNREACHABLE_SIGNS = (
+    "connection to the server", "unable to connect to the server", "connection refused", "i/o timeout",
+    "no route to host", "network is unreachable", "tls handshake timeout", "context deadline exceeded",
+    "client.timeout exceeded", "serviceunavailable", "the server is currently unable to handle the request",
+    "eof", "connection reset by peer", "no answer within",
+)
+
+
+def api_unreachable(message: str, returncode: int) -> bool:
+    """True when kubectl failed because no API server answered, False when one answered with
+    an error (NotFound, Forbidden, Unauthorized...): that is a finding, not an outage."""
+    if returncode in (124, 127):  # our timeout; no kubectl on the node
+        return True
+    text = message.lower()
+    if "error from server (" in text and "serviceunavailable" not in text:
+        return False
+    if "must be logged in" in text or "unauthorized" in text or "forbidden" in text:
+        return False
+    return any(sign in text for sign in _UNREACHABLE_SIGNS)
+
+
 def node_status(
     kubectl: Sequence[str], kubeconfigs: Sequence[Path], node_name: str
-) -> tuple[NodeStatus | None, str]:
-    """The node as the API server sees it, through the node's own kubeconfig.
-    None means the API server could not be asked (no kubeconfig, unreachable)."""
+) -> tuple[NodeStatus | None, str, bool]:
+    """The node as the API server sees it, through the node's own kubeconfig: (status,
+    detail, answered). status None with answered False: no API server could be asked; with
+    answered True: it answered, but not with this node (not registered, not allowed)."""
     kubeconfig = next((path for path in kubeconfigs if path.is_file()), None)
     if kubeconfig is None:
-        return None, "no kubeconfig: " + ", ".join(str(path) for path in kubeconfigs)
+        return None, "no kubeconfig: " + ", ".join(str(path) for path in kubeconfigs), False
     result = run_command(
         [*kubectl, "--kubeconfig", str(kubeconfig), "--request-timeout=10s", "get", "node", node_name, "-o", "json"],
         timeout_s=30,
     )
     if result.returncode != 0:
-        return None, result.last_line or f"kubectl exit {result.returncode}"
+        detail = result.last_line or f"kubectl exit {result.returncode}"
+        if api_unreachable(result.output, result.returncode):
+            return None, detail, False
+        if "notfound" in detail.lower().replace(" ", ""):
+            detail = (f"the API server has no node {node_name!r} ({detail}): the node did not register, or "
+                      "k3s registered it under another name (set GPU_K8S_UPDATE_NODE_NAME)")
+        return None, f"{detail} (with {kubeconfig})", True
     try:
-        return decide.parse_node(json.loads(result.output)), ""
+        return decide.parse_node(json.loads(result.output)), "", True
     except ValueError:
-        return None, "kubectl printed no JSON"
+        return None, "kubectl printed no JSON", True
 
 
 def plugin_registered(checkpoint: Path, boot_time: float) -> tuple[bool, str]:
@@ -103,13 +133,13 @@ def plugin_registered(checkpoint: Path, boot_time: float) -> tuple[bool, str]:
     return True, ""
 
 
-def probe_health(settings: Settings, boot_time: float) -> HealthFacts:
+def probe_health(settings: Settings, boot_time: float, node_name: str) -> HealthFacts:
     docker_ok: bool | None = None
     docker_detail = ""
     if settings.docker_socket is not None and docker_expected(settings.docker_socket, settings.docker_daemon):
         docker_ok, docker_detail = docker_up(settings.docker_socket)
     kubelet_ok, kubelet_detail = http_ok(settings.kubelet_healthz_url)
-    node, node_detail = node_status(settings.kubectl_command, settings.kubeconfigs, settings.node_name)
+    node, node_detail, answered = node_status(settings.kubectl_command, settings.kubeconfigs, node_name)
     registered, plugin_detail = plugin_registered(settings.plugin_checkpoint, boot_time)
     healthz_ok: bool | None = None
     if settings.plugin_healthz_url:
@@ -122,6 +152,7 @@ def probe_health(settings: Settings, boot_time: float) -> HealthFacts:
         kubelet_detail=kubelet_detail,
         node=node,
         node_detail=node_detail,
+        api_answered=answered,
         plugin_registered=registered,
         plugin_detail=plugin_detail,
         plugin_healthz_ok=healthz_ok,

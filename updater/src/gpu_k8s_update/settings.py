@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ENV_PREFIX = "GPU_K8S_UPDATE_"
@@ -38,11 +37,19 @@ class Settings:
     docker_daemon: Path = Path("/usr/bin/dockerd")
     kubelet_healthz_url: str = "http://127.0.0.1:10248/healthz"
     kubectl_command: tuple[str, ...] = ("k3s", "kubectl")
+    # The first that exists. The node authorizer lets a kubelet's credentials read Nodes but
+    # create no pod, so an agent runs the smoke pod only with a provisioned kubeconfig.
     kubeconfigs: tuple[Path, ...] = (
-        Path("/etc/rancher/k3s/k3s.yaml"),  # servers
-        Path("/var/lib/rancher/k3s/agent/kubelet.kubeconfig"),  # agents: may read their own Node
+        Path("/etc/gpu-k8s-update/kubeconfig"),  # provisioned (kept on /data): docs/fleet.md
+        Path("/etc/rancher/k3s/k3s.yaml"),  # servers: the admin kubeconfig k3s writes
+        Path("/var/lib/rancher/k3s/agent/kubelet.kubeconfig"),  # agents: system:node:<name>
     )
-    node_name: str = field(default_factory=socket.gethostname)
+    # '' = the name k3s registers (k3s_node.py): node-name in its config, the layer's
+    # hostname-serial / hostname-DMI-UUID name, K3S_NODE_NAME, the hostname.
+    node_name: str = ""
+    k3s_config_dir: Path = Path("/etc/rancher/k3s")
+    node_env_file: Path = Path("/run/gpu-k8s/k3s-node.env")
+    node_name_command: tuple[str, ...] = ("/usr/libexec/gpu-k8s/gpu-k8s-k3s-node-name",)
     plugin_checkpoint: Path = Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
     plugin_healthz_url: str = ""  # e.g. http://127.0.0.1:9402/healthz when --metrics-address is set
     gpu: str = "auto"  # yes | no | auto (a GPU node before the update must stay one)
@@ -67,7 +74,7 @@ FLAG_NAMES = {
     "state_dir": "--state-dir", "gate_timeout_s": "--timeout", "poll_interval_s": "--poll-interval",
     "unreachable_grace_s": "--unreachable-grace", "gpu": "--gpu", "wait_for_gate_s": "--wait-for-gate",
 }
-_COMMANDS = {"mender_command", "reboot_command", "kubectl_command"}
+_COMMANDS = {"mender_command", "reboot_command", "kubectl_command", "node_name_command"}
 _FLOATS = {"gate_timeout_s", "poll_interval_s", "unreachable_grace_s", "wait_for_gate_s", "reboot_wait_s",
            "smoke_timeout_s"}
 
@@ -111,6 +118,7 @@ def _parse(name: str, raw: str, source: str) -> object:
         return Path(raw) if raw else None
     if name == "kubeconfigs":
         return tuple(Path(part) for part in raw.split(":") if part)
-    if name in ("state_dir", "artifact_info", "boot_id_file", "plugin_checkpoint", "docker_daemon"):
+    if name in ("state_dir", "artifact_info", "boot_id_file", "plugin_checkpoint", "docker_daemon", "k3s_config_dir",
+                "node_env_file"):
         return Path(raw)
     return raw

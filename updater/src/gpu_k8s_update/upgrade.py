@@ -130,7 +130,7 @@ def _install(node: Node, facts: UpdateFacts, source: str, clean_first: bool) -> 
     attempts = 1
     if previous is not None and previous.version == facts.target and previous.phase is Phase.INSTALLING:
         attempts = previous.attempts + 1
-    status, detail = node.node_status()
+    status, detail, _ = node.node_status()
     gpus_before = status.gpus_allocatable if status is not None else None
     if status is None:
         log.info("upgrade: node status unknown (%s); the gate will not know whether to require a GPU", detail)

@@ -19,12 +19,18 @@ mode=boot
 
 say() { echo "gpu-k8s-data: $*"; }
 
+# The link from PATH to its kept copy, relative (../../data/...): it resolves the same on
+# the board and under a root prefix.
+link_to() {
+    printf '%s%s' "$(dirname "$1" | sed -e 's#^/##' -e 's#[^/][^/]*#..#g')" "$2"
+}
+
 # Move a provisioning file from the root slot to its kept copy (atomically, by rename within
 # /data) and link it back.
 adopt() {
     path=$1 kept=$2
     cp -p "$root$path" "$root$kept.new" && mv "$root$kept.new" "$root$kept" \
-        && rm -f "$root$path" && ln -s "$kept" "$root$path"
+        && rm -f "$root$path" && ln -s "$(link_to "$path" "$kept")" "$root$path"
 }
 
 # One provisioning file. The kept copy, when there is one, is the truth; a regular file
@@ -35,9 +41,10 @@ keep_file() {
     kept=$dir/$name
     image_copy=$dir/.image/$name
     target=$root$path
+    link=$(link_to "$path" "$kept")
     mkdir -p "$root$dir/.image"
     if [ -L "$target" ]; then
-        if [ "$(readlink "$target")" != "$kept" ]; then
+        if [ "$(readlink "$target")" != "$link" ]; then
             say "$path links elsewhere ($(readlink "$target")): left alone, not kept across updates"
         fi
         return 0
@@ -49,7 +56,7 @@ keep_file() {
     elif [ -f "$target" ] && [ "$flag" = image ] && [ -f "$root$image_copy" ] \
             && cmp -s "$target" "$root$image_copy"; then
         rm -f "$target"
-        ln -s "$kept" "$target"
+        ln -s "$link" "$target"
     elif [ -f "$target" ] && [ "$flag" = image ] && [ "$mode" = boot ]; then
         # A new image default. It replaces the kept copy only if that was never changed.
         if [ -f "$root$image_copy" ] && cmp -s "$root$kept" "$root$image_copy"; then
@@ -59,7 +66,7 @@ keep_file() {
         else
             cp -p "$target" "$root$image_copy"
             rm -f "$target"
-            ln -s "$kept" "$target"
+            ln -s "$link" "$target"
             say "$path: kept your copy; the new image's default is in $image_copy"
         fi
     elif [ -f "$target" ]; then
@@ -68,7 +75,7 @@ keep_file() {
         say "kept the $path written on this slot in $kept"
     elif [ ! -e "$target" ] && [ -e "$root$kept" ] && [ "$mode" = boot ]; then
         mkdir -p "$(dirname "$target")"
-        ln -s "$kept" "$target"
+        ln -s "$link" "$target"
         say "linked $path to $kept"
     fi
 }
