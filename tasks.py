@@ -18,6 +18,7 @@ from tools import release as release_module
 from tools import rollout as rollout_module
 from tools import smoke_test as smoke_module
 from tools import suite as suite_module
+from tools.paths import BUILD_ROOT
 
 
 def _optional_path(value: str | None) -> Path | None:
@@ -330,8 +331,12 @@ def release(
     auto_shortflags=False,
     help={
         "version": "release version to roll out (the images' MENDER_ARTIFACT_NAME), e.g. 1.4.0",
-        "artifact-url": "http(s) URL of the release's .mender artifact that every node can reach "
-        "(see ./task release)",
+        "artifact-url": "http(s) URL of one .mender artifact that its nodes can reach (see ./task release)",
+        "device-type": "the Mender device type that artifact installs on (node label "
+        "update.gpu-k8s.io/device-type); default: as build/release/VERSION/release.json records it",
+        "release": "a ./task release directory: roll out every artifact in its release.json, one Plan pair per "
+        "device type (with --base-url)",
+        "base-url": "where the nodes download the --release directory's files, e.g. http://updates.lan:8080/",
         "ring": "canary: nodes labelled update.gpu-k8s.io/ring=canary, one at a time; fleet: every other "
         "node, after the canary Plan completed; all: both (default)",
         "concurrency": "fleet nodes updated at once (default 1; the canary ring always goes one by one)",
@@ -342,7 +347,10 @@ def release(
 def rollout(
     c: Context,
     version: str,
-    artifact_url: str,
+    artifact_url: str | None = None,
+    device_type: str | None = None,
+    release: str | None = None,
+    base_url: str | None = None,
     ring: str = "all",
     concurrency: str = "1",
     selector: str | None = None,
@@ -350,19 +358,23 @@ def rollout(
 ) -> None:
     """Roll an OS release over the fleet with system-upgrade-controller Plans: canary ring first.
 
-    Renders the Plans (--dry-run prints them), checks the cluster (controller installed,
-    canary nodes labelled), applies them with kubectl (GPU_K8S_KUBECTL overrides the
-    command, KUBECONFIG picks the cluster) and follows each node until every ring completed
-    or a node failed its health gate and rolled back, which stops the rollout there."""
-    options = rollout_module.RolloutOptions(
-        version=version,
-        artifact_url=artifact_url,
-        ring=ring,
-        concurrency=_whole_number("concurrency", concurrency, minimum=1),
-        selector=selector,
-        dry_run=dry_run,
-    )
+    Renders one Plan pair per device type (--dry-run prints them), checks the cluster
+    (controller installed, every artifact fits some node, canary nodes labelled per device
+    type), applies them with kubectl (GPU_K8S_KUBECTL overrides the command, KUBECONFIG
+    picks the cluster) and follows each node until every ring completed or a node failed
+    its health gate and rolled back, which stops the rollout there."""
+    concurrency_value = _whole_number("concurrency", concurrency, minimum=1)
     try:
+        artifacts = rollout_module.resolve_artifacts(
+            version, artifact_url, device_type, _optional_path(release), base_url, BUILD_ROOT / "release")
+        options = rollout_module.RolloutOptions(
+            version=version,
+            artifacts=artifacts,
+            ring=ring,
+            concurrency=concurrency_value,
+            selector=selector,
+            dry_run=dry_run,
+        )
         rollout_module.run_rollout(options)
     except rollout_module.RolloutError as failure:
         console.error(str(failure))

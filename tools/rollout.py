@@ -1,10 +1,13 @@
 """`rollout`: roll an OS release over the fleet with system-upgrade-controller (v0.20.1).
 
-Two rings, each a Plan rendered from templates/rollout/plan.yaml.j2: `canary` (nodes
-labelled update.gpu-k8s.io/ring=canary, one at a time) and `fleet` (every other node),
-whose prepare step waits until the canary Plan completed this version. Each node's job runs
-`chroot /host gpu-k8s-update upgrade`, which succeeds only after the new slot passed its
-health gate; a node that rolled back fails its job, and the ring stops there."""
+One Plan pair per device type (the Mender device type each image labels its node with,
+update.gpu-k8s.io/device-type), each with that type's artifact, so no node is ever cordoned
+for an artifact it cannot install. Each pair has two rings rendered from
+templates/rollout/plan.yaml.j2: `canary` (nodes labelled update.gpu-k8s.io/ring=canary, one
+at a time) and `fleet` (every other node of the type), whose prepare step waits until the
+canary Plan of its type completed this version. Each node's job runs `chroot /host
+gpu-k8s-update upgrade`, which succeeds only after the new slot passed its health gate; a
+node that rolled back fails its job, and the rollout stops there."""
 
 from __future__ import annotations
 
@@ -28,6 +31,9 @@ from tools import console
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "rollout"
 NAMESPACE = "system-upgrade"
 RING_LABEL = "update.gpu-k8s.io/ring"
+# Written by every image (gpu-k8s-k3s-config, GPU_K8S_UPDATE_DEVICE_TYPE): the Mender device
+# type its artifacts must name.
+DEVICE_TYPE_LABEL = "update.gpu-k8s.io/device-type"
 UPGRADE_IMAGE = "localhost/gpu-k8s-upgrade:latest"
 RINGS = ("canary", "fleet", "all")
 PLAN_PREFIX = "gpu-k8s-os-"
@@ -47,6 +53,8 @@ PREPARE_SCRIPT = (
 
 _VERSION = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._+-]{0,61}[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+# Plan names hold the device type and SUC makes label keys of them: a DNS label, 63 at most.
+_DEVICE_TYPE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,43}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
 
 
@@ -55,9 +63,15 @@ class RolloutError(Exception):
 
 
 @dataclass(frozen=True)
+class Artifact:
+    device_type: str  # the Mender device type the artifact installs on
+    url: str
+
+
+@dataclass(frozen=True)
 class RolloutOptions:
     version: str
-    artifact_url: str
+    artifacts: tuple[Artifact, ...]
     ring: str = "all"
     concurrency: int = 1
     selector: str | None = None
@@ -70,11 +84,13 @@ class Ring:
     operator: str  # In / NotIn the canary label
     concurrency: int
     deadline_s: int
+    device_type: str
+    artifact_url: str
     waits_for: Ring | None = None
 
     @property
     def plan_name(self) -> str:
-        return PLAN_PREFIX + self.name
+        return f"{PLAN_PREFIX}{self.name}-{self.device_type}"
 
 
 # ---------------------------------------------------------------- input
@@ -103,12 +119,14 @@ def validate(options: RolloutOptions) -> None:
             f"--version {options.version!r} must be 1-63 letters, digits, '.', '_', '+' or '-', starting and "
             "ending with a letter or digit (it becomes a Kubernetes label value), e.g. 1.4.0"
         )
-    url = urllib.parse.urlparse(options.artifact_url)
-    if url.scheme not in ("http", "https") or not url.netloc:
-        raise RolloutError(
-            f"--artifact-url {options.artifact_url!r} must be an http(s) URL every node can reach, "
-            "e.g. http://updates.lan/1.4.0/gpu-k8s-image-jetson-nano-devkit.mender (see ./task release)"
-        )
+    if not options.artifacts:
+        raise RolloutError("no artifact to roll out: give --artifact-url URL --device-type TYPE, or --release DIR "
+                           "--base-url URL")
+    for artifact in options.artifacts:
+        check_artifact(artifact)
+    types = [artifact.device_type for artifact in options.artifacts]
+    if len(set(types)) != len(types):
+        raise RolloutError(f"two artifacts for one device type ({', '.join(sorted(types))}): give one per type")
     if options.ring not in RINGS:
         raise RolloutError(f"--ring must be one of {', '.join(RINGS)}, got {options.ring!r}")
     if options.concurrency < 1:
@@ -116,12 +134,96 @@ def validate(options: RolloutOptions) -> None:
     parse_selector(options.selector)
 
 
+def check_artifact(artifact: Artifact) -> None:
+    url = urllib.parse.urlparse(artifact.url)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise RolloutError(
+            f"--artifact-url {artifact.url!r} must be an http(s) URL every node can reach, "
+            "e.g. http://updates.lan/1.4.0/gpu-k8s-image-jetson-nano-devkit.mender (see ./task release)"
+        )
+    if not _DEVICE_TYPE.match(artifact.device_type):
+        raise RolloutError(
+            f"device type {artifact.device_type!r} must be 1-45 lower-case letters, digits or '-' (it names "
+            "the Plans), e.g. jetson-nano-devkit"
+        )
+
+
 def rings(options: RolloutOptions) -> list[Ring]:
-    """The rings to apply. The canary ring updates one node at a time whatever --concurrency
-    says: its first failure must stop everything."""
-    canary = Ring("canary", "In", 1, CANARY_DEADLINE_S)
-    fleet = Ring("fleet", "NotIn", options.concurrency, FLEET_DEADLINE_S, waits_for=canary)
-    return {"canary": [canary], "fleet": [fleet], "all": [canary, fleet]}[options.ring]
+    """The rings to apply, per device type. The canary ring updates one node at a time
+    whatever --concurrency says: its first failure must stop everything."""
+    chosen = []
+    for artifact in options.artifacts:
+        canary = Ring("canary", "In", 1, CANARY_DEADLINE_S, artifact.device_type, artifact.url)
+        fleet = Ring("fleet", "NotIn", options.concurrency, FLEET_DEADLINE_S, artifact.device_type, artifact.url,
+                     waits_for=canary)
+        chosen += {"canary": [canary], "fleet": [fleet], "all": [canary, fleet]}[options.ring]
+    return chosen
+
+
+def device_type_of(node: Mapping[str, Any]) -> str:
+    return (node.get("metadata", {}).get("labels") or {}).get(DEVICE_TYPE_LABEL, "")
+
+
+def artifacts_from_release(release_dir: Path, base_url: str, version: str) -> tuple[Artifact, ...]:
+    """One artifact per device type from a `./task release` directory (release.json), served
+    from base_url."""
+    manifest = release_dir / "release.json"
+    try:
+        release = json.loads(manifest.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RolloutError(f"--release {release_dir}: no release.json there (make it with ./task release)") from None
+    except (OSError, ValueError) as error:
+        raise RolloutError(f"--release {release_dir}: cannot read release.json ({error})") from None
+    if release.get("version") != version:
+        raise RolloutError(f"{manifest} is release {release.get('version')!r}, not --version {version}")
+    base = base_url if base_url.endswith("/") else base_url + "/"
+    found = []
+    for entry in release.get("artifacts") or []:
+        for device_type in entry.get("device_types") or []:
+            found.append(Artifact(device_type, urllib.parse.urljoin(base, urllib.parse.quote(entry["file"]))))
+    return tuple(found)
+
+
+def device_types_from_releases(artifact_url: str, version: str, releases: Path) -> list[str]:
+    """The device types ./task release recorded for the artifact file this URL names."""
+    name = Path(urllib.parse.urlparse(artifact_url).path).name
+    try:
+        release = json.loads((releases / version / "release.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    for entry in release.get("artifacts") or []:
+        if entry.get("file") == name:
+            return list(entry.get("device_types") or [])
+    return []
+
+
+def resolve_artifacts(
+    version: str,
+    artifact_url: str | None,
+    device_type: str | None,
+    release_dir: Path | None,
+    base_url: str | None,
+    releases: Path,
+) -> tuple[Artifact, ...]:
+    """The task's artifact options, as one Artifact per device type."""
+    if release_dir is not None:
+        if artifact_url or device_type:
+            raise RolloutError("give either --release DIR --base-url URL, or --artifact-url URL, not both")
+        if not base_url:
+            raise RolloutError(f"--release {release_dir} needs --base-url: where the nodes download its files, "
+                               "e.g. http://updates.lan:8080/")
+        return artifacts_from_release(release_dir, base_url, version)
+    if not artifact_url:
+        raise RolloutError("missing --artifact-url URL (with --device-type TYPE), or --release DIR --base-url URL")
+    if device_type:
+        return (Artifact(device_type, artifact_url),)
+    types = device_types_from_releases(artifact_url, version, releases)
+    if not types:
+        raise RolloutError(
+            f"which device type does {artifact_url} install on? pass --device-type (e.g. jetson-nano-devkit; "
+            f"the node label {DEVICE_TYPE_LABEL}), or roll out a whole release with --release DIR --base-url URL"
+        )
+    return tuple(Artifact(device_type, artifact_url) for device_type in types)
 
 
 # ---------------------------------------------------------------- rendering
@@ -141,8 +243,8 @@ def render_plans(options: RolloutOptions) -> str:
             ring=ring,
             namespace=NAMESPACE,
             ring_label=RING_LABEL,
+            device_type_label=DEVICE_TYPE_LABEL,
             version=options.version,
-            artifact_url=options.artifact_url,
             selector=parse_selector(options.selector),
             image=UPGRADE_IMAGE,
             prepare_script=PREPARE_SCRIPT,
@@ -188,36 +290,78 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def preflight(options: RolloutOptions, kubectl: Kubectl) -> None:
-    """Refuse before applying anything when the rollout could not work."""
+# kubectl's words when no API server answered (as opposed to one answering with an error).
+_UNREACHABLE = ("connection to the server", "unable to connect to the server", "connection refused", "i/o timeout",
+                "no route to host", "no such host", "tls handshake timeout", "context deadline exceeded")
+
+
+def cluster_unreachable(message: str) -> bool:
+    text = message.lower()
+    return any(sign in text for sign in _UNREACHABLE)
+
+
+def preflight(options: RolloutOptions, kubectl: Kubectl) -> list[str]:
+    """Refuse before applying anything when the rollout could not work or would touch a
+    node that cannot install its artifact. Returns notes about nodes left out."""
     crd = kubectl(["get", "crd", "plans.upgrade.cattle.io"], None)
     if crd.returncode != 0:
+        if cluster_unreachable(crd.stderr):
+            raise RolloutError(
+                f"cannot reach the cluster ({last_line(crd.stderr)}): point KUBECONFIG at it, or set "
+                "GPU_K8S_KUBECTL (e.g. 'k3s kubectl' on a server node)"
+            )
         raise RolloutError(
             "system-upgrade-controller is not installed in this cluster (no plans.upgrade.cattle.io CRD): "
             f"it ships with the image's k3s server manifests ({last_line(crd.stderr)})"
         )
+    selector = parse_selector(options.selector)
+    nodes = [n for n in kubectl_json(kubectl, "get", "nodes").get("items", [])
+             if all((n.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in selector)]
+    by_type: dict[str, list[Mapping[str, Any]]] = {}
+    for item in nodes:
+        by_type.setdefault(device_type_of(item), []).append(item)
+    present = ", ".join(f"{kind or '(no label)'} ({len(items)})" for kind, items in sorted(by_type.items())) or "none"
+    for artifact in options.artifacts:
+        if artifact.device_type not in by_type:
+            raise RolloutError(
+                f"no selected node has device type {artifact.device_type} (label {DEVICE_TYPE_LABEL}), so "
+                f"{artifact.url} fits no node; the selected nodes' device types: {present}"
+            )
+    wanted = {artifact.device_type for artifact in options.artifacts}
     if options.ring in ("canary", "all"):
-        nodes = kubectl_json(kubectl, "get", "nodes", "-l", f"{RING_LABEL}=canary")
-        if not nodes.get("items"):
-            raise RolloutError(
-                f"no node is labelled {RING_LABEL}=canary: label one or two first "
-                f"(kubectl label node NAME {RING_LABEL}=canary)"
-            )
+        for device_type in sorted(wanted):
+            canaries = [n for n in by_type[device_type]
+                        if (n["metadata"].get("labels") or {}).get(RING_LABEL) == "canary"]
+            if not canaries:
+                names = ", ".join(n["metadata"]["name"] for n in by_type[device_type][:3])
+                raise RolloutError(
+                    f"no node of device type {device_type} is labelled {RING_LABEL}=canary: label one or two "
+                    f"first (kubectl label node NAME {RING_LABEL}=canary; e.g. one of {names})"
+                )
     if options.ring == "fleet":
-        plan = kubectl([*_plan_ref("canary"), "-o", "json"], None)
-        done = False
-        if plan.returncode == 0:
-            state = plan_summary(json.loads(plan.stdout))
-            done = state["version"] == suc_version(options.version) and state["complete"]
-        if not done:
-            raise RolloutError(
-                f"the canary ring has not completed {options.version}: its fleet Plan would wait forever; "
-                "run --ring canary first (or --ring all)"
-            )
+        for device_type in sorted(wanted):
+            plan = kubectl([*_plan_ref("canary", device_type), "-o", "json"], None)
+            done = False
+            if plan.returncode == 0:
+                state = plan_summary(json.loads(plan.stdout))
+                done = state["version"] == suc_version(options.version) and state["complete"]
+            if not done:
+                raise RolloutError(
+                    f"the canary ring of {device_type} has not completed {options.version}: its fleet Plan "
+                    "would wait forever; run --ring canary first (or --ring all)"
+                )
+    notes = []
+    for device_type, items in sorted(by_type.items()):
+        if device_type not in wanted:
+            names = ", ".join(n["metadata"]["name"] for n in items)
+            why = (f"they carry no {DEVICE_TYPE_LABEL} label (an image from before it; label them by hand if "
+                   "you know their type)" if not device_type else f"this release has no {device_type} artifact")
+            notes.append(f"left alone: {names}: {why}")
+    return notes
 
 
-def _plan_ref(ring: str) -> list[str]:
-    return ["-n", NAMESPACE, "get", "plans.upgrade.cattle.io", PLAN_PREFIX + ring]
+def _plan_ref(ring: str, device_type: str) -> list[str]:
+    return ["-n", NAMESPACE, "get", "plans.upgrade.cattle.io", f"{PLAN_PREFIX}{ring}-{device_type}"]
 
 
 def apply(manifest: str, kubectl: Kubectl) -> None:
@@ -259,6 +403,8 @@ class NodeState:
 
 def selects(node: Mapping[str, Any], ring: Ring, selector: Sequence[tuple[str, str]]) -> bool:
     labels = node.get("metadata", {}).get("labels") or {}
+    if labels.get(DEVICE_TYPE_LABEL) != ring.device_type:
+        return False
     is_canary = labels.get(RING_LABEL) == "canary"
     if is_canary != (ring.operator == "In"):
         return False
@@ -333,7 +479,7 @@ def assess(
         ring_states = node_states(ring, plan, nodes, jobs, selector)
         if ring.waits_for and plan_done(plans.get(ring.waits_for.plan_name), options.version) is False:
             ring_states = [
-                NodeState(s.ring, s.node, "waiting", f"for the {ring.waits_for.name} ring")
+                NodeState(s.ring, s.node, "waiting", f"for the {ring.waits_for.name} ring of {ring.device_type}")
                 if s.state in ("updating", "waiting") else s
                 for s in ring_states
             ]
@@ -394,7 +540,8 @@ def run_rollout(options: RolloutOptions, kubectl: Kubectl | None = None) -> Prog
         return None
     kubectl = kubectl or run_kubectl
     console.step(f"checking the cluster for a rollout of {options.version} ({options.ring})")
-    preflight(options, kubectl)
+    for note in preflight(options, kubectl):
+        console.warn(note)
     console.step("applying the Plans")
     apply(manifest, kubectl)
     console.step("following the rollout (Ctrl-C stops following; the rollout goes on in the cluster)")

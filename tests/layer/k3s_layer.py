@@ -65,6 +65,8 @@ def config_knobs(machine: str, **changes: str) -> dict[str, str]:
         "disable-network-policy": resolve(recipe, "GPU_K8S_K3S_DISABLE_NETWORK_POLICY", overrides),
         "pause-image": resolve(recipe, "GPU_K8S_K3S_PAUSE_IMAGE", overrides),
         "node-labels": resolve(recipe, "GPU_K8S_NODE_LABELS", overrides),
+        # GPU_K8S_UPDATE_DEVICE_TYPE: Mender's device type, which defaults to MACHINE
+        "device-type": machine,
     }
     knobs.update(changes)
     return knobs

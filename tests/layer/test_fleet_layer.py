@@ -448,7 +448,9 @@ def rendered_manifest() -> list[dict]:
     text = (SUC_DIR / "files/system-upgrade-controller.yaml").read_text()
     text = text.replace("@SUC_IMAGE@", recipe.value("GPU_K8S_SUC_IMAGE").replace("${PV}", version))
     text = text.replace("@SUC_VERSION@", f"v{version}")
-    text = text.replace("@KUBECTL_IMAGE@", recipe.value("GPU_K8S_SUC_KUBECTL_IMAGE"))
+    k3s_version = parse(LAYER / "recipes-containers/k3s/k3s_version.inc").value("K3S_VERSION")
+    text = text.replace("@KUBECTL_IMAGE@", recipe.value("GPU_K8S_SUC_KUBECTL_IMAGE").replace("${K3S_VERSION}",
+                                                                                         k3s_version))
     assert "@" not in re.sub(r"#.*", "", text.replace("fieldPath: \"metadata.labels['upgrade", "")), "unfilled"
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
@@ -465,6 +467,16 @@ def test_jobs_never_pull_the_preloaded_upgrade_image():
     assert env["data"]["SYSTEM_UPGRADE_JOB_IMAGE_PULL_POLICY"] == "IfNotPresent"
     assert int(env["data"]["SYSTEM_UPGRADE_JOB_ACTIVE_DEADLINE_SECONDS"]) >= 1800, "a Nano writes a GB to SD"
     assert env["data"]["SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE"].startswith("rancher/kubectl:")
+
+
+def test_the_drain_steps_kubectl_follows_the_k3s_line_and_air_gapped_archives_must_hold_it():
+    (env,) = [d for d in rendered_manifest() if d["kind"] == "ConfigMap"]
+    k3s_version = parse(LAYER / "recipes-containers/k3s/k3s_version.inc").value("K3S_VERSION")
+    assert env["data"]["SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE"] == f"rancher/kubectl:v{k3s_version}"
+    recipe = parse(next(SUC_DIR.glob("gpu-k8s-system-upgrade_*.bb")))
+    assert "recipes-containers/k3s/k3s_version.inc" in recipe.requires
+    install = recipe.tasks["do_install"]
+    assert "manifest.json" in install and "${GPU_K8S_SUC_KUBECTL_IMAGE}" in install
 
 
 def test_the_controller_may_register_its_crd_and_drain_nodes():

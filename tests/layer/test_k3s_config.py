@@ -155,6 +155,17 @@ def test_no_gpu_labels_are_baked_in(tmp_path):
     assert site["50-gpu-k8s-labels.yaml"]["node-label+"] == ["site=lab1", "rack=3"]
 
 
+def test_every_node_is_labelled_with_the_update_device_type_its_artifacts_name(tmp_path):
+    for machine in MACHINES:
+        labels = render_for(machine, tmp_path / machine)["55-gpu-k8s-device-type.yaml"]["node-label+"]
+        assert labels == [f"update.gpu-k8s.io/device-type={machine}"]
+    recipe = parse(CONFIG_RECIPE)
+    assert recipe.value("GPU_K8S_UPDATE_DEVICE_TYPE") == "${@d.getVar('MENDER_DEVICE_TYPE') or d.getVar('MACHINE')}"
+    orin = render_for("genericx86-64", tmp_path / "orin", **{"device-type": "jetson-orin-nano-devkit-nvme"})
+    assert orin["55-gpu-k8s-device-type.yaml"]["node-label+"] == [
+        "update.gpu-k8s.io/device-type=jetson-orin-nano-devkit-nvme"]
+
+
 def test_config_holds_no_token_or_server(tmp_path):
     credential = re.compile(r"token|secret|^server$|agent-token", re.I)
     for machine in MACHINES:
@@ -166,7 +177,8 @@ def test_config_holds_no_token_or_server(tmp_path):
 @pytest.mark.parametrize(
     ("knob", "value", "named"),
     [("runtime", "cri-o", "runtime"), ("role", "master", "role"), ("cgroup-v1", "maybe", "--cgroup-v1"),
-     ("kubelet-profile", "tiny", "kubelet profile"), ("node-labels", "novalue", "node label")],
+     ("kubelet-profile", "tiny", "kubelet profile"), ("node-labels", "novalue", "node label"),
+     ("device-type", "Jetson_Nano", "GPU_K8S_UPDATE_DEVICE_TYPE")],
 )
 def test_bad_knob_is_one_clear_line_and_writes_nothing(tmp_path, knob, value, named):
     result = run_renderer(tmp_path / "out", config_knobs("jetson-nano-devkit", **{knob: value}))

@@ -16,6 +16,8 @@ from tools import rollout
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 URL = "http://updates.lan/1.4.0/gpu-k8s-image-jetson-nano-devkit.mender"
+NANO = "jetson-nano-devkit"
+CANARY, FLEET = f"gpu-k8s-os-canary-{NANO}", f"gpu-k8s-os-fleet-{NANO}"
 # Every PlanSpec / ContainerSpec / DrainSpec JSON field of system-upgrade-controller v0.20.1
 # (pkg/apis/upgrade.cattle.io/v1/types.go): a key outside these is silently dropped by it.
 PLAN_SPEC_FIELDS = {
@@ -29,7 +31,9 @@ DRAIN_FIELDS = {"timeout", "gracePeriod", "deleteLocalData", "deleteEmptydirData
 
 
 def options(**changes: object) -> rollout.RolloutOptions:
-    values: dict[str, object] = {"version": "1.4.0", "artifact_url": URL}
+    url = str(changes.pop("artifact_url", URL))
+    device_type = str(changes.pop("device_type", NANO))
+    values: dict[str, object] = {"version": "1.4.0", "artifacts": (rollout.Artifact(device_type, url),)}
     values.update(changes)
     return rollout.RolloutOptions(**values)  # type: ignore[arg-type]
 
@@ -41,7 +45,7 @@ def plans(**changes: object) -> dict[str, dict]:
 
 def test_dry_run_yaml_is_a_canary_plan_and_a_fleet_plan_gated_on_it() -> None:
     found = plans(concurrency=3)
-    assert set(found) == {"gpu-k8s-os-canary", "gpu-k8s-os-fleet"}
+    assert set(found) == {CANARY, FLEET}
     for plan in found.values():
         assert plan["apiVersion"] == "upgrade.cattle.io/v1" and plan["kind"] == "Plan"
         assert plan["metadata"]["namespace"] == "system-upgrade"
@@ -56,25 +60,26 @@ def test_dry_run_yaml_is_a_canary_plan_and_a_fleet_plan_gated_on_it() -> None:
         assert spec["cordon"] is True and spec["drain"]["ignoreDaemonSets"] is True
         assert spec["drain"]["timeout"] == "10m", "a string: SUC reads an integer drain timeout as nanoseconds"
         assert spec["tolerations"] == [{"operator": "Exists"}], "tainted GPU nodes must be updated too"
-    canary, fleet = found["gpu-k8s-os-canary"]["spec"], found["gpu-k8s-os-fleet"]["spec"]
+    canary, fleet = found[CANARY]["spec"], found[FLEET]["spec"]
     assert canary["concurrency"] == 1, "canaries go one by one whatever --concurrency says"
     assert fleet["concurrency"] == 3
+    device = {"key": "update.gpu-k8s.io/device-type", "operator": "In", "values": [NANO]}
     assert canary["nodeSelector"]["matchExpressions"] == [
-        {"key": "update.gpu-k8s.io/ring", "operator": "In", "values": ["canary"]}]
+        device, {"key": "update.gpu-k8s.io/ring", "operator": "In", "values": ["canary"]}]
     assert fleet["nodeSelector"]["matchExpressions"] == [
-        {"key": "update.gpu-k8s.io/ring", "operator": "NotIn", "values": ["canary"]}]
+        device, {"key": "update.gpu-k8s.io/ring", "operator": "NotIn", "values": ["canary"]}]
     assert "prepare" not in canary
     prepare = fleet["prepare"]
     assert prepare["image"] == "localhost/gpu-k8s-upgrade:latest"
     assert prepare["command"][:2] == ["sh", "-c"] and "chroot /host gpu-k8s-update wait-plan" in prepare["command"][2]
-    assert prepare["args"] == ["--plan", "gpu-k8s-os-canary", "--namespace", "system-upgrade", "--version", "1.4.0"]
+    assert prepare["args"] == ["--plan", CANARY, "--namespace", "system-upgrade", "--version", "1.4.0"]
     # A Nano writes a GB rootfs to SD, reboots and runs a 15-minute gate inside one job.
     assert canary["jobActiveDeadlineSecs"] >= 1800
     assert fleet["jobActiveDeadlineSecs"] > canary["jobActiveDeadlineSecs"], "fleet jobs also wait for canaries"
 
 
 def test_prepare_script_hands_the_service_account_through_chroot() -> None:
-    script = plans()["gpu-k8s-os-fleet"]["spec"]["prepare"]["command"]
+    script = plans()[FLEET]["spec"]["prepare"]["command"]
     completed = subprocess.run(
         ["sh", "-n", "-c", script[2]], capture_output=True, text=True, check=False
     )
@@ -83,8 +88,8 @@ def test_prepare_script_hands_the_service_account_through_chroot() -> None:
 
 
 def test_ring_and_selector_choose_the_plans_and_nodes() -> None:
-    assert set(plans(ring="canary")) == {"gpu-k8s-os-canary"}
-    assert set(plans(ring="fleet")) == {"gpu-k8s-os-fleet"}
+    assert set(plans(ring="canary")) == {CANARY}
+    assert set(plans(ring="fleet")) == {FLEET}
     for plan in plans(selector="example.com/site=lab-2").values():
         assert plan["spec"]["nodeSelector"]["matchExpressions"][-1] == {
             "key": "example.com/site", "operator": "In", "values": ["lab-2"]}
@@ -92,7 +97,7 @@ def test_ring_and_selector_choose_the_plans_and_nodes() -> None:
 
 def test_values_that_look_like_yaml_stay_strings() -> None:
     url = "https://u.lan/a.mender?x=1&y=#frag: [1]"
-    spec = plans(artifact_url=url, version="1.4.0+build.7")["gpu-k8s-os-canary"]["spec"]
+    spec = plans(artifact_url=url, version="1.4.0+build.7")[CANARY]["spec"]
     assert spec["upgrade"]["args"] == ["--version", "1.4.0+build.7", "--artifact-url", url]
 
 
@@ -108,6 +113,8 @@ def test_values_that_look_like_yaml_stay_strings() -> None:
         ({"selector": "bad key=x"}, "is not KEY=VALUE"),
         ({"selector": "update.gpu-k8s.io/ring=canary"}, "use --ring"),
         ({"ring": "everything"}, "--ring must be one of"),
+        ({"device_type": "Jetson_Nano"}, "device type 'Jetson_Nano' must be"),
+        ({"artifacts": ()}, "no artifact to roll out"),
     ],
 )
 def test_bad_input_is_refused_with_one_line(changes: dict, message: str) -> None:
@@ -133,6 +140,10 @@ def save():
     with open(scenario_file, "w") as f:
         json.dump(scenario, f)
 if args[:2] == ["get", "crd"]:
+    if scenario.get("unreachable"):
+        print("The connection to the server 10.0.0.5:6443 was refused - did you specify the right host or port?",
+              file=sys.stderr)
+        sys.exit(1)
     if not scenario.get("crd", True):
         print('Error from server (NotFound): customresourcedefinitions "plans.upgrade.cattle.io" not found',
               file=sys.stderr)
@@ -167,28 +178,30 @@ else:
 """
 
 
-def node(name: str, canary: bool = False, done: dict[str, str] | None = None) -> dict:
+def node(name: str, canary: bool = False, done: dict[str, str] | None = None, device_type: str = NANO) -> dict:
     labels = {"kubernetes.io/hostname": name, **({"update.gpu-k8s.io/ring": "canary"} if canary else {})}
+    if device_type:
+        labels["update.gpu-k8s.io/device-type"] = device_type
     for plan, plan_hash in (done or {}).items():
         labels[f"plan.upgrade.cattle.io/{plan}"] = plan_hash
     return {"metadata": {"name": name, "labels": labels}}
 
 
-def plan(ring: str, version: str = "1.4.0", complete: bool = False) -> dict:
-    return {"metadata": {"name": f"gpu-k8s-os-{ring}"},
+def plan(ring: str, version: str = "1.4.0", complete: bool = False, device_type: str = NANO) -> dict:
+    return {"metadata": {"name": f"gpu-k8s-os-{ring}-{device_type}"},
             "status": {"latestVersion": version, "latestHash": f"hash-{ring}",
                        "conditions": [{"type": "Complete", "status": "True" if complete else "False"}]}}
 
 
-def job(ring: str, node_name: str, state: str = "active", failed: int = 0) -> dict:
+def job(ring: str, node_name: str, state: str = "active", failed: int = 0, device_type: str = NANO) -> dict:
     status: dict = {"active": 1} if state == "active" else {}
     status["failed"] = failed
     if state == "failed":
         status["conditions"] = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
                                  "message": "Job has reached the specified backoff limit"}]
-    return {"metadata": {"name": f"apply-gpu-k8s-os-{ring}-on-{node_name}-with-hash",
+    return {"metadata": {"name": f"apply-gpu-k8s-os-{ring}-{device_type}-on-{node_name}-with-hash",
                          "creationTimestamp": "2026-11-23T22:00:00Z",
-                         "labels": {"upgrade.cattle.io/plan": f"gpu-k8s-os-{ring}",
+                         "labels": {"upgrade.cattle.io/plan": f"gpu-k8s-os-{ring}-{device_type}",
                                     "upgrade.cattle.io/node": node_name}},
             "status": status}
 
@@ -204,8 +217,8 @@ def play(stand_ins, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: d
 
 
 def test_follows_canary_then_fleet_to_the_end(stand_ins, tmp_path, monkeypatch, capsys) -> None:
-    canary_done = {"gpu-k8s-os-canary": "hash-canary"}
-    both_done = {**canary_done, "gpu-k8s-os-fleet": "hash-fleet"}
+    canary_done = {CANARY: "hash-canary"}
+    both_done = {**canary_done, FLEET: "hash-fleet"}
     steps = [
         {"nodes": [node("nano-c", canary=True), node("nano-1")],
          "plans": [plan("canary"), plan("fleet")], "jobs": [job("canary", "nano-c"), job("fleet", "nano-1")]},
@@ -213,7 +226,7 @@ def test_follows_canary_then_fleet_to_the_end(stand_ins, tmp_path, monkeypatch, 
          "plans": [plan("canary"), plan("fleet")], "jobs": [job("canary", "nano-c", failed=1)]},
         {"nodes": [node("nano-c", True, canary_done), node("nano-1")],
          "plans": [plan("canary", complete=True), plan("fleet")], "jobs": [job("fleet", "nano-1")]},
-        {"nodes": [node("nano-c", True, both_done), node("nano-1", done={"gpu-k8s-os-fleet": "hash-fleet"})],
+        {"nodes": [node("nano-c", True, both_done), node("nano-1", done={FLEET: "hash-fleet"})],
          "plans": [plan("canary", complete=True), plan("fleet", complete=True)], "jobs": []},
     ]
     scenario_file = play(stand_ins, tmp_path, monkeypatch, {"steps": steps})
@@ -224,7 +237,7 @@ def test_follows_canary_then_fleet_to_the_end(stand_ins, tmp_path, monkeypatch, 
     assert "(after its reboot)" in out
     assert out.count("done") >= 2
     applied = list(yaml.safe_load_all(json.loads(scenario_file.read_text())["applied"]))
-    assert [doc["metadata"]["name"] for doc in applied if doc] == ["gpu-k8s-os-canary", "gpu-k8s-os-fleet"]
+    assert [doc["metadata"]["name"] for doc in applied if doc] == [CANARY, FLEET]
 
 
 def test_a_canary_that_rolled_back_stops_the_rollout_and_says_why(stand_ins, tmp_path, monkeypatch) -> None:
@@ -233,7 +246,7 @@ def test_a_canary_that_rolled_back_stops_the_rollout_and_says_why(stand_ins, tmp
          "plans": [plan("canary"), plan("fleet")],
          "jobs": [job("canary", "nano-c", state="failed", failed=3), job("fleet", "nano-1")]},
     ]
-    logs = {"apply-gpu-k8s-os-canary-on-nano-c-with-hash":
+    logs = {f"apply-{CANARY}-on-nano-c-with-hash":
             "2026-11-23 22:01:00 ERROR   upgrade: 1.4.0 was installed and booted, but this node is back on 1.3.0; "
             "the gate said: not healthy after 900s: kubelet: connection refused"}
     play(stand_ins, tmp_path, monkeypatch, {"steps": steps, "logs": logs})
@@ -247,7 +260,7 @@ def test_a_canary_that_rolled_back_stops_the_rollout_and_says_why(stand_ins, tmp
 def test_no_canary_node_refuses_before_applying(stand_ins, tmp_path, monkeypatch) -> None:
     scenario_file = play(stand_ins, tmp_path, monkeypatch,
                          {"steps": [{"nodes": [node("nano-1")], "plans": [], "jobs": []}]})
-    with pytest.raises(rollout.RolloutError, match="no node is labelled update.gpu-k8s.io/ring=canary"):
+    with pytest.raises(rollout.RolloutError, match="no node of device type jetson-nano-devkit is labelled"):
         rollout.run_rollout(options())
     assert "applied" not in json.loads(scenario_file.read_text())
 
@@ -255,7 +268,7 @@ def test_no_canary_node_refuses_before_applying(stand_ins, tmp_path, monkeypatch
 def test_fleet_ring_alone_needs_the_canary_ring_complete_at_this_version(stand_ins, tmp_path, monkeypatch) -> None:
     steps = [{"nodes": [node("nano-1")], "plans": [plan("canary", version="1.3.0", complete=True)], "jobs": []}]
     scenario_file = play(stand_ins, tmp_path, monkeypatch, {"steps": steps})
-    with pytest.raises(rollout.RolloutError, match="canary ring has not completed 1.4.0"):
+    with pytest.raises(rollout.RolloutError, match="canary ring of jetson-nano-devkit has not completed 1.4.0"):
         rollout.run_rollout(options(ring="fleet"))
     assert "applied" not in json.loads(scenario_file.read_text())
 
@@ -270,7 +283,7 @@ def test_task_refuses_bad_input_in_one_line_without_calling_kubectl(stand_ins) -
     stand_ins.add("kubectl", "sys.exit(0)")
     completed = subprocess.run(
         [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "rollout", "--version", "1.4.0",
-         "--artifact-url", "ftp://x/y.mender"],
+         "--artifact-url", "ftp://x/y.mender", "--device-type", NANO],
         capture_output=True, text=True, check=False,
     )
     assert completed.returncode == 1
@@ -295,9 +308,118 @@ def test_task_dry_run_prints_plans_and_calls_no_kubectl(stand_ins) -> None:
     stand_ins.add("kubectl", "sys.exit(0)")
     completed = subprocess.run(
         [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "rollout", "--version", "1.4.0",
-         "--artifact-url", URL, "--dry-run", "--ring", "canary"],
+         "--artifact-url", URL, "--device-type", NANO, "--dry-run", "--ring", "canary"],
         capture_output=True, text=True, check=True,
     )
     documents = [doc for doc in yaml.safe_load_all(completed.stdout) if doc]
-    assert [doc["metadata"]["name"] for doc in documents] == ["gpu-k8s-os-canary"]
+    assert [doc["metadata"]["name"] for doc in documents] == [CANARY]
     assert stand_ins.calls("kubectl") == []
+
+
+# ---------------------------------------------------------------- a mixed fleet
+
+X86, ORIN = "genericx86-64", "jetson-orin-nano-devkit-nvme"
+X86_URL = "http://updates.lan/1.4.0/gpu-k8s-image-genericx86-64.mender"
+MIXED_FLEET = [
+    node("gpu-server", canary=True, device_type=X86),  # the k3s server
+    node("gpu-box-2", device_type=X86),
+    node("nano-c", canary=True), node("nano-1"), node("nano-2"),
+    node("orin-1", device_type=ORIN),  # no A/B updater yet: no artifact for it
+    node("old-nano", device_type=""),  # an image from before the device-type label
+]
+
+
+def matches(selector: dict, labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector of matchExpressions (In / NotIn), as the controller applies it."""
+    for expression in selector.get("matchExpressions", []):
+        value = labels.get(expression["key"])
+        if expression["operator"] == "In" and value not in expression["values"]:
+            return False
+        if expression["operator"] == "NotIn" and value in expression["values"]:
+            return False
+    return all(labels.get(key) == value for key, value in (selector.get("matchLabels") or {}).items())
+
+
+def mixed_options(**changes: object) -> rollout.RolloutOptions:
+    values: dict[str, object] = {"version": "1.4.0", "artifacts": (
+        rollout.Artifact(X86, X86_URL), rollout.Artifact(NANO, URL))}
+    values.update(changes)
+    return rollout.RolloutOptions(**values)  # type: ignore[arg-type]
+
+
+def test_a_mixed_fleet_gets_one_plan_pair_per_device_type_and_no_node_an_artifact_it_cannot_install() -> None:
+    documents = [doc for doc in yaml.safe_load_all(rollout.render_plans(mixed_options())) if doc]
+    names = {doc["metadata"]["name"] for doc in documents}
+    assert names == {f"gpu-k8s-os-{ring}-{kind}" for ring in ("canary", "fleet") for kind in (X86, NANO)}
+    url_of = {X86: X86_URL, NANO: URL}
+    updated: dict[str, list[str]] = {}
+    for doc in documents:
+        spec = doc["spec"]
+        artifact = spec["upgrade"]["args"][spec["upgrade"]["args"].index("--artifact-url") + 1]
+        for item in MIXED_FLEET:
+            labels = item["metadata"]["labels"]
+            if matches(spec["nodeSelector"], labels):
+                device_type = labels.get("update.gpu-k8s.io/device-type")
+                assert artifact == url_of[device_type], f"{doc['metadata']['name']} sends {artifact} to a {device_type}"
+                updated.setdefault(item["metadata"]["name"], []).append(doc["metadata"]["name"])
+        if "prepare" in spec:
+            waited = spec["prepare"]["args"][1]
+            own_type = doc["metadata"]["name"].removeprefix("gpu-k8s-os-fleet-")
+            assert waited == f"gpu-k8s-os-canary-{own_type}", "waits for the canary of its own type"
+    assert "orin-1" not in updated and "old-nano" not in updated, "a node no artifact fits is never selected"
+    assert all(len(plans) == 1 for plans in updated.values()), "each node is in exactly one Plan"
+    assert set(updated) == {"gpu-server", "gpu-box-2", "nano-c", "nano-1", "nano-2"}
+
+
+def test_a_mixed_fleet_rollout_leaves_the_orin_and_unlabelled_nodes_alone(
+        stand_ins, tmp_path, monkeypatch, capsys) -> None:
+    steps = [{"nodes": MIXED_FLEET, "plans": [], "jobs": []}]
+    play(stand_ins, tmp_path, monkeypatch, {"steps": steps})
+    notes = rollout.preflight(mixed_options(), rollout.run_kubectl)
+    assert any("orin-1" in note and f"no {ORIN} artifact" in note for note in notes), notes
+    assert any("old-nano" in note and "no update.gpu-k8s.io/device-type label" in note for note in notes), notes
+
+
+def test_an_artifact_whose_device_type_matches_no_node_is_refused_before_anything_is_applied(
+        stand_ins, tmp_path, monkeypatch) -> None:
+    scenario_file = play(stand_ins, tmp_path, monkeypatch, {"steps": [{"nodes": MIXED_FLEET, "plans": [], "jobs": []}]})
+    wrong = mixed_options(artifacts=(rollout.Artifact("jetson-agx-orin-devkit", URL),))
+    with pytest.raises(rollout.RolloutError) as refused:
+        rollout.run_rollout(wrong)
+    message = str(refused.value)
+    assert "no selected node has device type jetson-agx-orin-devkit" in message
+    assert f"{NANO} (3)" in message and f"{X86} (2)" in message, "names the types the cluster has"
+    assert "applied" not in json.loads(scenario_file.read_text())
+
+
+def test_an_unreachable_cluster_is_named_as_such(stand_ins, tmp_path, monkeypatch) -> None:
+    play(stand_ins, tmp_path, monkeypatch, {"unreachable": True, "steps": [{"nodes": [], "plans": [], "jobs": []}]})
+    with pytest.raises(rollout.RolloutError) as refused:
+        rollout.run_rollout(options())
+    message = str(refused.value)
+    assert message.startswith("cannot reach the cluster") and "KUBECONFIG" in message
+    assert "not installed" not in message
+
+
+def write_release(directory: Path) -> None:
+    directory.mkdir(parents=True)
+    (directory / "release.json").write_text(json.dumps({"version": "1.4.0", "artifacts": [
+        {"file": "gpu-k8s-image-jetson-nano-devkit-1.rootfs.mender", "device_types": [NANO]},
+        {"file": "gpu-k8s-image-genericx86-64-1.rootfs.mender", "device_types": [X86]}]}))
+
+
+def test_a_release_directory_gives_one_artifact_per_device_type(tmp_path) -> None:
+    write_release(tmp_path / "1.4.0")
+    found = rollout.resolve_artifacts("1.4.0", None, None, tmp_path / "1.4.0", "http://updates.lan:8080", tmp_path)
+    assert found == (rollout.Artifact(NANO, "http://updates.lan:8080/gpu-k8s-image-jetson-nano-devkit-1.rootfs.mender"),
+                     rollout.Artifact(X86, "http://updates.lan:8080/gpu-k8s-image-genericx86-64-1.rootfs.mender"))
+    one = rollout.resolve_artifacts("1.4.0", "http://u/gpu-k8s-image-genericx86-64-1.rootfs.mender", None, None, None,
+                                    tmp_path)
+    assert one == (rollout.Artifact(X86, "http://u/gpu-k8s-image-genericx86-64-1.rootfs.mender"),), \
+        "the device type comes from the release that made the file"
+    with pytest.raises(rollout.RolloutError, match="pass --device-type"):
+        rollout.resolve_artifacts("1.4.0", "http://u/other.mender", None, None, None, tmp_path)
+    with pytest.raises(rollout.RolloutError, match="needs --base-url"):
+        rollout.resolve_artifacts("1.4.0", None, None, tmp_path / "1.4.0", None, tmp_path)
+    with pytest.raises(rollout.RolloutError, match="not --version 1.5.0"):
+        rollout.resolve_artifacts("1.5.0", None, None, tmp_path / "1.4.0", "http://u/", tmp_path)

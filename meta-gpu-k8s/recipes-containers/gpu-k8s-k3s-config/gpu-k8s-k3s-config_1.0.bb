@@ -44,6 +44,10 @@ GPU_K8S_KUBELET_PROFILE ?= "${GPU_K8S_DEFAULT_KUBELET_PROFILE}"
 
 # Site labels (space separated key=value). GPU labels come from discovery at boot.
 GPU_K8S_NODE_LABELS ?= ""
+# The node label update.gpu-k8s.io/device-type: which update artifacts this image installs.
+# Mender's device type where A/B updates are on (it defaults to MACHINE), else MACHINE, so
+# `./task rollout` never sends an artifact to a node of another type (Orin included).
+GPU_K8S_UPDATE_DEVICE_TYPE ?= "${@d.getVar('MENDER_DEVICE_TYPE') or d.getVar('MACHINE')}"
 
 # QEMU smoke runs may have no registry access: sandbox image preloaded by gpu-k8s-preload-images,
 # and the packaged components that would pull images are off.
@@ -81,7 +85,8 @@ do_install() {
         --disable "${GPU_K8S_K3S_DISABLE}" \
         --disable-network-policy "${GPU_K8S_K3S_DISABLE_NETWORK_POLICY}" \
         --pause-image "${GPU_K8S_K3S_PAUSE_IMAGE}" \
-        --node-labels "${GPU_K8S_NODE_LABELS}"
+        --node-labels "${GPU_K8S_NODE_LABELS}" \
+        --device-type "${GPU_K8S_UPDATE_DEVICE_TYPE}"
 
     install -d ${D}${libexecdir}/gpu-k8s
     install -m 0755 ${UNPACKDIR}/gpu-k8s-k3s-node-name ${D}${libexecdir}/gpu-k8s/

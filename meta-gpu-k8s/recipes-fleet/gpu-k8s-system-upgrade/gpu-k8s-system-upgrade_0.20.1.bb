@@ -21,9 +21,13 @@ inherit systemd
 # The upgrade image's rootfs is built for this machine.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 
+# K3S_VERSION: the drain step's kubectl follows the k3s line the images run.
+require recipes-containers/k3s/k3s_version.inc
+
 GPU_K8S_SUC_IMAGE ?= "rancher/system-upgrade-controller:v${PV}"
-# The kubectl image v0.20.1 uses for cordon and drain.
-GPU_K8S_SUC_KUBECTL_IMAGE ?= "rancher/kubectl:v1.30.3"
+# The kubectl image the controller's jobs cordon and drain with: the same Kubernetes minor
+# as our k3s (v0.20.1's own default, v1.30.3, is six minors behind a 1.36 API server).
+GPU_K8S_SUC_KUBECTL_IMAGE ?= "rancher/kubectl:v${K3S_VERSION}"
 GPU_K8S_UPGRADE_IMAGE ?= "localhost/gpu-k8s-upgrade:latest"
 GPU_K8S_UPGRADE_ROOTFS ?= "gpu-k8s-smoke-container"
 # Air-gapped fleets: a `docker save` archive of the two images above, made on a host with a
@@ -53,6 +57,13 @@ do_install() {
         if [ "$actual" != "${GPU_K8S_FLEET_IMAGES_SHA256}" ]; then
             bbfatal "$archive has sha256 $actual, GPU_K8S_FLEET_IMAGES_SHA256 says '${GPU_K8S_FLEET_IMAGES_SHA256}': set it to the archive's sha256"
         fi
+        # A docker-archive names its images in manifest.json: an air-gapped node can only
+        # drain with the kubectl image the controller is told to use.
+        for image in ${GPU_K8S_SUC_IMAGE} ${GPU_K8S_SUC_KUBECTL_IMAGE}; do
+            if ! tar -xOf "$archive" manifest.json | grep -q "\"$image\""; then
+                bbfatal "$archive does not hold $image (docker save it too, docs/layer.md), or air-gapped nodes cannot run rollout jobs"
+            fi
+        done
         install -m 0644 "$archive" ${D}${datadir}/gpu-k8s/images/fleet/system-upgrade-controller.tar
     fi
 

@@ -13,6 +13,7 @@ so provisioning's own kubelet-arg/node-label entries survive.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,10 @@ RUNTIMES = ("docker", "containerd")
 ROLES = ("server", "agent")
 CGROUP_DRIVERS = ("cgroupfs", "systemd")
 KUBELET_PROFILES = ("default", "small-4gb")
+# The node label the fleet rollout selects by: one Plan pair per device type.
+DEVICE_TYPE_LABEL = "update.gpu-k8s.io/device-type"
+# A label value (63 at most) that also fits in a Plan name (the rollout's limit is 45).
+DEVICE_TYPE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,43}[a-z0-9])?$")
 
 # A 4 GB Jetson Nano: the GPU takes its memory from the same 4 GB, so the kubelet keeps
 # room for the OS (systemd, docker, sshd) and for k3s itself, evicts pods before the
@@ -53,6 +58,7 @@ class Knobs:
     disable_network_policy: bool = False
     pause_image: str = ""
     node_labels: tuple[str, ...] = field(default_factory=tuple)
+    device_type: str = ""
 
     def validate(self) -> None:
         for name, value, allowed in (
@@ -66,6 +72,9 @@ class Knobs:
         if self.cgroup_v1 and self.cgroup_driver != "cgroupfs":
             raise ConfigError("cgroup v1 needs the cgroupfs driver here (systemd 250 on v1 is hybrid); "
                               "set GPU_K8S_CGROUP_DRIVER = \"cgroupfs\"")
+        if self.device_type and not DEVICE_TYPE.match(self.device_type):
+            raise ConfigError(f"update device type {self.device_type!r} must be 1-45 lower-case letters, digits or "
+                              "'-' (GPU_K8S_UPDATE_DEVICE_TYPE)")
         for label in self.node_labels:
             key, sep, _ = label.partition("=")
             if not sep or not key:
@@ -153,6 +162,14 @@ def labels_dropin(knobs: Knobs) -> str | None:
                        [("node-label+", list(knobs.node_labels))])
 
 
+def device_type_dropin(knobs: Knobs) -> str | None:
+    if not knobs.device_type:
+        return None
+    return render_yaml("meta-gpu-k8s: the image's update device type (Mender's, default the MACHINE). The fleet\n"
+                       "rollout gives each device type its own Plans and artifact (docs/fleet.md).",
+                       [("node-label+", [f"{DEVICE_TYPE_LABEL}={knobs.device_type}"])])
+
+
 def render(knobs: Knobs) -> dict[str, str]:
     """File name -> content of every drop-in this configuration installs."""
     knobs.validate()
@@ -162,6 +179,7 @@ def render(knobs: Knobs) -> dict[str, str]:
         "30-gpu-k8s-server.yaml": server_dropin(knobs),
         "40-gpu-k8s-images.yaml": images_dropin(knobs),
         "50-gpu-k8s-labels.yaml": labels_dropin(knobs),
+        "55-gpu-k8s-device-type.yaml": device_type_dropin(knobs),
     }
     return {name: text for name, text in files.items() if text is not None}
 
@@ -187,6 +205,7 @@ def knobs_from_args(argv: list[str]) -> tuple[Knobs, Path]:
     parser.add_argument("--disable-network-policy", default="0")
     parser.add_argument("--pause-image", default="")
     parser.add_argument("--node-labels", default="", help="space separated key=value")
+    parser.add_argument("--device-type", default="", help="update device type (node label)")
     args = parser.parse_args(argv)
     knobs = Knobs(
         role=args.role,
@@ -199,6 +218,7 @@ def knobs_from_args(argv: list[str]) -> tuple[Knobs, Path]:
         disable_network_policy=_flag(args.disable_network_policy, "--disable-network-policy"),
         pause_image=args.pause_image.strip(),
         node_labels=tuple(args.node_labels.split()),
+        device_type=args.device_type.strip(),
     )
     return knobs, args.output_dir
 
