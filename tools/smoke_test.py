@@ -450,6 +450,21 @@ def find_qemu_image(environ: Mapping[str, str]) -> tuple[Path, Path]:
     )
 
 
+# What QEMU can boot here: the A/B disk (through OVMF and GRUB) or a bare root filesystem.
+QEMU_IMAGE_SUFFIXES = (".uefiimg", ".ext4")
+
+
+def check_bootable_in_qemu(image: Path) -> None:
+    """A board's image (a Jetson .sdcard or tegraflash package, a genericx86-64 disk) does not
+    boot in the smoke test's qemux86-64: say so, rather than ask for a kernel."""
+    if image.suffix in QEMU_IMAGE_SUFFIXES:
+        return
+    raise SmokeTestError(
+        f"--image {image.name}: the QEMU smoke test boots a qemux86-64 .uefiimg or .ext4 (./task build); "
+        "a board's image is flashed (./task flash) and checked with ./task smoke-test --host BOARD"
+    )
+
+
 OVMF_FILES = ("ovmf.code.qcow2", "ovmf.vars.qcow2")  # what oe-core's ovmf recipe deploys
 
 
@@ -532,13 +547,16 @@ def run_smoke_test(
         return _verdict(results)
 
     if options.image:
+        check_bootable_in_qemu(options.image)
         rootfs, kernel = options.image, options.kernel or options.image.parent / "bzImage"
     else:
         rootfs, kernel = find_qemu_image(environ)
         kernel = options.kernel or kernel
-    for path, what in ((rootfs, "--image"), (kernel, "--kernel")):
-        if not path.is_file():
-            raise SmokeTestError(f"{what} {path} does not exist")
+    if not rootfs.is_file():
+        raise SmokeTestError(f"--image {rootfs} does not exist")
+    if not kernel.is_file():
+        given = "--kernel" if options.kernel else f"the kernel QEMU boots ({kernel.name} beside the image)"
+        raise SmokeTestError(f"{given}: {kernel} does not exist; pass --kernel PATH to the qemux86-64 bzImage")
     if options.memory_mib < qemu.MIN_MEMORY_MIB:  # before the probe: bad input is refused at once
         raise SmokeTestError(f"--memory-mib must be at least {qemu.MIN_MEMORY_MIB} (k3s needs it), "
                              f"got {options.memory_mib}")

@@ -214,3 +214,14 @@ def test_unwritable_socket_directory_exits_2_with_the_reason(tmp_path: Path) -> 
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 2, err
     assert f"cannot create sockets in {locked}" in err
+
+
+@pytest.mark.parametrize("command", [("discover",), ("discover", "--json"), ("check",)])
+def test_a_reader_that_stops_early_gets_no_traceback(command: tuple[str, ...]) -> None:
+    """`gpu-device-plugin discover | head -3`: the pipe closes before everything is printed."""
+    proc = run_cli(*command, "--device-discovery-strategy", "tegra", "--host-root", str(FIXTURES / "jetson-nano"))
+    proc.stdout.close()  # the reader is gone before the command writes a line
+    err = proc.stderr.read()
+    proc.wait(timeout=20)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert proc.returncode in (0, 1), "exit as the command would have (check reports findings with 1)"

@@ -89,7 +89,7 @@ def test_unsupported_official_fields_are_named_in_one_warning() -> None:
         ((), {"FAIL_ON_INIT_ERROR": "maybe"}, None, "environment FAIL_ON_INIT_ERROR expected true or false"),
         (("--simulated-gpus", "0", "--device-discovery-strategy", "simulated"), {}, None,
          "--simulated-gpus must be 1..64 with the simulated discovery strategy, got 0"),
-        (("--simulated-gpus", "65"), {}, None, "--simulated-gpus must be 0..64, got 65"),
+        (("--simulated-gpus", "65"), {}, None, "--simulated-gpus must be 1..64 (0: none), got '65'"),
         (("--kubelet-socket", "kubelet.sock"), {}, None, "--kubelet-socket must be an absolute path"),
         ((), {}, "version: v2\n", "'version' must be v1"),
         ((), {}, "version: v1\nflags:\n  plugin:\n    deviceListStrategy: [envvar, magic]\n",

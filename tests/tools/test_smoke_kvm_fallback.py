@@ -134,3 +134,22 @@ def test_too_little_memory_is_refused_before_any_qemu_runs(image, stand_ins) -> 
     with pytest.raises(smoke_test.SmokeTestError, match="--memory-mib must be at least 2048"):
         smoke_test.run_smoke_test(options, environ={}, settings=FAST)
     assert stand_ins.calls("qemu-system-x86_64") == []
+
+
+def test_a_board_image_is_refused_for_what_it_is_not_for_a_kernel_never_asked_for(tmp_path, stand_ins) -> None:
+    stand_ins.add("qemu-system-x86_64", CRASHES_UNDER_KVM + GUEST)
+    sdcard = tmp_path / "gpu-k8s-image-jetson-nano-devkit.sdcard"
+    sdcard.write_bytes(b"card")
+    with pytest.raises(smoke_test.SmokeTestError) as refused:
+        smoke_test.run_smoke_test(smoke_test.SmokeOptions(image=sdcard), environ={}, settings=FAST)
+    message = str(refused.value)
+    assert "--kernel" not in message and "\n" not in message
+    assert "--host" in message and "./task flash" in message
+    assert stand_ins.calls("qemu-system-x86_64") == []
+
+
+def test_a_missing_kernel_beside_the_image_says_where_it_looked(tmp_path, stand_ins) -> None:
+    rootfs = tmp_path / "gpu-k8s-image-qemux86-64.ext4"
+    rootfs.write_bytes(b"rootfs")
+    with pytest.raises(smoke_test.SmokeTestError, match="bzImage beside the image.*pass --kernel PATH"):
+        smoke_test.run_smoke_test(smoke_test.SmokeOptions(image=rootfs), environ={}, settings=FAST)

@@ -8,7 +8,7 @@ import gc
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__, config, logs, policy
@@ -88,16 +88,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .doctor.run import run_checks
 
         checks = run_checks(settings)
-        print(format_report(checks))
-        return exit_code(checks)
+
+        def report() -> int:
+            print(format_report(checks))
+            return exit_code(checks)
+
+        return _to_a_reader(report)
     logs.setup(settings.log_level)
     for warning in warnings:
         log.warning("%s", warning)
     if args.command == "discover":
-        return discover_command(settings, as_json=args.json)
+        return _to_a_reader(lambda: discover_command(settings, as_json=args.json))
     if args.command == "node-labels":
         return node_labels_command(settings, args.output)
     return serve(settings, args)
+
+
+def _to_a_reader(command: Callable[[], int]) -> int:
+    """Run a command that prints for a person; `gpu-device-plugin discover | head -3` stops
+    reading early, which is not an error worth a traceback."""
+    try:
+        code = command()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The interpreter flushes stdout once more at exit: point it at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def discover_command(settings: Settings, as_json: bool = False) -> int:

@@ -62,6 +62,14 @@ def _list_of(choices: Sequence[str]) -> Callable[[Any], tuple[str, ...]]:
     return parse
 
 
+def _simulated_gpus(text: Any) -> int:
+    """0 (no simulated GPUs) or the count the simulated strategy needs: one range in every message."""
+    try:
+        return _int_range(0, MAX_SIMULATED_GPUS)(text)
+    except ValueError:
+        raise ValueError(f"must be 1..{MAX_SIMULATED_GPUS} (0: none), got {text!r}") from None
+
+
 def _int_range(lo: int, hi: int) -> Callable[[Any], int]:
     def parse(text: Any) -> int:
         if isinstance(text, bool):
@@ -164,7 +172,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("cdi_spec_dir", "--cdi-spec-dir", "CDI_SPEC_DIR", ("flags", "plugin", "cdiSpecDir"), _abs_path,
            "where the CDI spec is written when a cdi-* strategy is on", "DIR"),
     Option("simulated_gpus", "--simulated-gpus", "SIMULATED_GPUS", ("flags", "plugin", "simulatedGpus"),
-           _int_range(0, MAX_SIMULATED_GPUS),
+           _simulated_gpus,
            f"number of fake GPUs for the simulated strategy (1..{MAX_SIMULATED_GPUS})", "N", int),
     Option("simulated_health_dir", "--simulated-health-dir", "SIMULATED_HEALTH_DIR",
            ("flags", "plugin", "simulatedHealthDir"), _optional_path,
