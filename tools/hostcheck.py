@@ -89,9 +89,10 @@ def check_host_tools(which: Callable[[str], str | None]) -> list[Problem]:
 def own_clone_steps(repo_root: Path, origin_url: str | None, bundle: Path = Path("/tmp/meta-gpu-k8s.bundle")) -> str:
     """How a root user gives a normal user a clone of their own. `su builder` inside root's
     clone cannot work: /root is mode 0700, and kas and git refuse a checkout another user
-    owns. Without an origin to clone from, a bundle (a plain file) carries every branch
-    and avoids git's ownership checks on root's repository."""
-    if origin_url:
+    owns. A network origin can be cloned again; a local one (a path, file://) is owned by
+    root too, and git refuses it as "dubious ownership" (or cannot read it). Then a bundle,
+    a plain file, carries every branch past git's ownership checks."""
+    if origin_url and not is_local_origin(origin_url):
         source, prepare = origin_url, ""
     else:
         source = str(bundle)
@@ -100,6 +101,13 @@ def own_clone_steps(repo_root: Path, origin_url: str | None, bundle: Path = Path
         f"{prepare}adduser builder && su - builder -c 'git clone {source} meta-gpu-k8s', "
         "then as builder: cd meta-gpu-k8s && ./task build (docs/tooling.md, 'Building as root')"
     )
+
+
+def is_local_origin(url: str) -> bool:
+    """A path or file:// URL, not host:path or a scheme://host URL."""
+    if url.startswith("file://") or url.startswith(("/", "./", "../", "~")):
+        return True
+    return "://" not in url and ":" not in url
 
 
 def origin_url(repo_root: Path) -> str | None:

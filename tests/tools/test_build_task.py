@@ -261,5 +261,11 @@ def test_root_refusal_tells_how_to_get_a_clone_of_ones_own_and_the_steps_work(tm
     assert (tmp_path / "mine" / "task").exists()
     with_origin = hostcheck.own_clone_steps(repo, "https://example.com/meta-gpu-k8s.git")
     assert "bundle" not in with_origin and "git clone https://example.com/meta-gpu-k8s.git" in with_origin
+    for local in ("/root/src/meta-gpu-k8s", "file:///srv/git/meta-gpu-k8s.git", "../upstream"):
+        # root owns a local origin too: git refuses it to another user ("dubious ownership")
+        steps_local = hostcheck.own_clone_steps(repo, local, bundle=tmp_path / "repo.bundle")
+        assert "bundle create" in steps_local and f"git clone {local}" not in steps_local, local
+    for remote in ("git@github.com:org/meta-gpu-k8s.git", "ssh://git@host/meta-gpu-k8s.git"):
+        assert f"git clone {remote}" in hostcheck.own_clone_steps(repo, remote)
     (problem,) = hostcheck.check_not_root(0, repo)
     assert "bitbake refuses" in problem.reason and "git clone" in problem.fix

@@ -292,3 +292,27 @@ def test_status_shows_the_next_step(board: Board, kubelet: HealthServer) -> None
     report = json.loads(result.stdout)
     assert report["booted_version"] == "gpu-k8s-1.0.0" and report["pending"] is False
     assert report["next_step"]["step"] == "install"
+
+
+def test_a_board_without_an_ab_updater_is_refused_clearly_and_nothing_is_written(
+        board: Board, kubelet: HealthServer) -> None:
+    """An Orin image without Mender (or any image built without the A/B opt-in)."""
+    (board.bin / "mender-update").unlink()
+    board.artifact_info.unlink()
+    board.publish(URL, NEW)
+    result = upgrade(board, kubelet)
+    assert result.returncode == 6, describe(result)
+    assert "this image has no A/B updater (mender-update is not installed" in result.stderr
+    assert "First flash with the A/B layout" in result.stderr
+    assert board.marker() is None and board.state()["reboots"] == 0, "nothing was marked, nothing rebooted"
+    assert "Traceback" not in result.stderr
+
+
+def test_the_release_version_before_the_command_is_refused_not_mistaken(board: Board, kubelet: HealthServer) -> None:
+    env = board.environment(kubelet.url)
+    result = run_agent(env, "--version", "1.1.0", "upgrade", "--artifact-url", URL)
+    assert result.returncode == 2
+    assert "gpu-k8s-update upgrade --artifact-url" in result.stderr and "--version 1.1.0" in result.stderr
+    assert board.mender_calls("install") == 0
+    own = run_agent(env, "--version")
+    assert own.returncode == 0 and own.stdout.startswith("gpu-k8s-update ")

@@ -66,8 +66,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def misplaced_version(argv: Sequence[str]) -> str:
+    """`gpu-k8s-update --version 1.4.0 upgrade ...` would print the agent's own version and
+    do nothing: a release version belongs after the command."""
+    if len(argv) > 1 and argv[0] == "--version":
+        return (f"--version before the command prints this program's version; a release version goes after the "
+                f"command: gpu-k8s-update {' '.join(argv[2:]) or 'upgrade'} --version {argv[1]}")
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = build_parser().parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    problem = misplaced_version(args)
+    if problem:
+        print(f"gpu-k8s-update: error: {problem}", file=sys.stderr)
+        return upgrade.EXIT_USAGE
+    arguments = build_parser().parse_args(args)
     logs.setup(arguments.log_level)
     flags = {name: getattr(arguments, name, None) for name in (
         "state_dir", "gate_timeout_s", "poll_interval_s", "unreachable_grace_s", "gpu", "wait_for_gate_s")}

@@ -9,7 +9,7 @@ from dataclasses import replace
 from gpu_k8s_update import decide
 from gpu_k8s_update.model import GatePolicy, Outcome, Phase
 from gpu_k8s_update.node import Node
-from gpu_k8s_update.system import MENDER_NO_UPDATE_IN_PROGRESS, SystemStateError
+from gpu_k8s_update.system import MENDER_NO_UPDATE_IN_PROGRESS, SystemStateError, missing_ab_updater
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +19,10 @@ EXIT_ERROR = 1
 
 def run_gate(node: Node) -> int:
     settings, store = node.settings, node.store
+    no_updater = missing_ab_updater(settings.mender_command, settings.artifact_info)
+    if no_updater:
+        log.error("gate: %s", no_updater)
+        return EXIT_ERROR
     try:
         pending = node.bootenv.upgrade_pending()
         booted = node.host.booted_version()

@@ -96,6 +96,21 @@ class SystemStateError(RuntimeError):
     """The node's update state cannot be read; nothing was changed."""
 
 
+def missing_ab_updater(mender_command: Sequence[str], artifact_info: Path) -> str:
+    """Why this image cannot take an A/B update ('' when it can): an image built without the
+    A/B opt-in (an Orin image until its updater lands, a plain x86-64 wic image) has no
+    mender-update and no /etc/mender/artifact_info."""
+    missing = []
+    if shutil.which(mender_command[0]) is None:
+        missing.append(f"{mender_command[0]} is not installed")
+    if not artifact_info.is_file():
+        missing.append(f"{artifact_info} does not exist")
+    if not missing:
+        return ""
+    return ("this image has no A/B updater (" + ", ".join(missing) + "): it cannot install OS updates or roll "
+            "back; flash an A/B image once (docs/fleet.md, 'First flash with the A/B layout')")
+
+
 class Host:
     """The running system: which image, which boot, reboot, time."""
 

@@ -14,7 +14,7 @@ from gpu_k8s_update import decide
 from gpu_k8s_update.gate import reboot_and_wait
 from gpu_k8s_update.model import Marker, Phase, Step, UpdateFacts
 from gpu_k8s_update.node import Node
-from gpu_k8s_update.system import MENDER_NO_UPDATE_IN_PROGRESS, SystemStateError
+from gpu_k8s_update.system import MENDER_NO_UPDATE_IN_PROGRESS, SystemStateError, missing_ab_updater
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,7 @@ EXIT_USAGE = 2
 EXIT_ROLLED_BACK = 3  # the rollout must stop at this node
 EXIT_GATE_TIMEOUT = 4
 EXIT_GAVE_UP = 5
+EXIT_NO_UPDATER = 6  # not an A/B image: nothing here can install an update
 EXIT_BUSY = 75  # EX_TEMPFAIL: someone else's update is pending
 
 VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
@@ -69,6 +70,10 @@ def run_upgrade(node: Node, version: str, source: str) -> int:
     except UsageError as error:
         log.error("%s", error)
         return EXIT_USAGE
+    no_updater = missing_ab_updater(settings.mender_command, settings.artifact_info)
+    if no_updater:
+        log.error("upgrade: %s", no_updater)
+        return EXIT_NO_UPDATER
     started = node.host.monotonic()
     announced = None
     while True:

@@ -1,0 +1,70 @@
+"""`./task`: invoke's command line, with parse errors a person can act on.
+
+invoke says "No idea what '--artifcat-url' is!" and "'rollout' did not receive required
+positional arguments: 'version'"; this names the task, the option it needs (as an option,
+which is how the docs write it), the closest known name, and where the help is. Run by the
+`task` script in place of the `invoke` binary; standard library and invoke only."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+
+from invoke import Collection, Program, __version__
+from invoke.exceptions import ParseError
+from invoke.parser import ParserContext
+
+_UNKNOWN = re.compile(r"^No idea what '(?P<token>.+)' is!$")
+_MISSING = re.compile(r"^'(?P<task>[^']+)' did not receive required positional arguments: (?P<names>.+)$")
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def explain(message: str, context: ParserContext | None, collection: Collection | None) -> str:
+    """A clearer one-line message for one of invoke's parse errors (others pass unchanged)."""
+    missing = _MISSING.match(message)
+    if missing:
+        task = missing["task"]
+        names = [_option(name.strip(" '")) for name in missing["names"].split(",")]
+        needed = " and ".join(f"{name} VALUE" for name in names)
+        return f"{task} needs {needed} (./task {task} --help)"
+    unknown = _UNKNOWN.match(message)
+    if not unknown:
+        return message
+    token = unknown["token"]
+    if not token.startswith("-") and context is not None and context.name:
+        # invoke fills a required option with the next word, a misspelt option included:
+        # `rollout --versoin 1.4.0` leaves 1.4.0 over. Name the misspelt one instead.
+        taken = [arg.value for arg in context.args.values() if isinstance(arg.value, str) and arg.value[:2] == "--"]
+        if taken:
+            token = taken[0]
+        else:
+            return (f"{context.name} does not take {token!r}: options are written --name VALUE "
+                    f"(./task {context.name} --help)")
+    if token.startswith("-") and context is not None and context.name:
+        known = sorted(flag for flag in context.flags if flag.startswith("--"))
+        close = difflib.get_close_matches(token.split("=", 1)[0], known, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return f"{context.name} has no option {token}{hint} (./task {context.name} --help)"
+    tasks = sorted(collection.task_names) if collection is not None else []
+    close = difflib.get_close_matches(token, tasks, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"no task or option {token!r}{hint} (./task --list)"
+
+
+class TaskProgram(Program):
+    def parse_tasks(self) -> None:
+        try:
+            super().parse_tasks()
+        except ParseError as error:
+            context = getattr(error, "context", None)
+            raise ParseError(explain(str(error), context, getattr(self, "collection", None)), context) from None
+
+
+program = TaskProgram(name="meta-gpu-k8s tasks", binary="./task", version=__version__)
+
+if __name__ == "__main__":
+    sys.exit(program.run())
