@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tools import console, hostcheck, image_manifest, process
+from tools import console, hostcheck, image_manifest, preflight, process
 from tools import image_requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
 
@@ -202,7 +202,14 @@ def settings_kas_drops(env: Mapping[str, str], kas_file: Path, root: Path = REPO
 
 def refuse_unfit_host(options: BuildOptions, env: Mapping[str, str]) -> list[hostcheck.Problem]:
     facts = hostcheck.gather_host_facts(Path(env["KAS_BUILD_DIR"]))
-    return hostcheck.check_build_host(facts, options.min_free_gb)
+    problems = hostcheck.check_build_host(facts, options.min_free_gb)
+    # Before any build work: without keys an A/B image would fail at do_rootfs, hours in.
+    signing = preflight.signing_problem(REPO_ROOT / machine_target(options.machine).kas_file, image_name(options),
+                                        env, Path(env["KAS_BUILD_DIR"]) / "conf" / "site.conf")
+    if signing:
+        problems.append(hostcheck.Problem("update-signing keys: the A/B image's artifacts cannot be signed",
+                                          signing))
+    return problems
 
 
 def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -> list[Artifact]:
@@ -223,7 +230,7 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
         console.warn(f"{target.kas_file} does not exist yet (continuing: --dry-run)")
 
     console.step("checking the build host")
-    problems = refuse_unfit_host(options, command.env)
+    problems = refuse_unfit_host(options, {**environ, **command.env})
     for problem in problems:
         console.info(f"- {problem}")
     if problems and not options.dry_run:
@@ -254,7 +261,8 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
     except process.CommandFailed as failure:
         print("\n".join(failure.output_tail[-25:]))
         errors = [line for line in failure.output_tail if line.startswith("ERROR")]
-        hint = errors[0] if errors else f"kas exited with {failure.returncode}"
+        hint = preflight.offline_hint(failure.output_tail) or (
+            errors[0] if errors else f"kas exited with {failure.returncode}")
         raise BuildError(
             f"build of {image} failed: {hint}\n  full log: {log_path}\n"
             f"  next step: read the log, fix the cause, then rerun ./task build --machine "

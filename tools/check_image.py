@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from tools import build, console, hostcheck, process
+from tools import build, console, hostcheck, preflight, process
 from tools import image_closure as closure_mod
 from tools import image_requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
@@ -151,6 +151,11 @@ def run_check_image(options: CheckImageOptions, environ: Mapping[str, str] | Non
     image = image_for(options)
     env = build.build_environment(build.BuildOptions(machine=options.machine, build_dir=work_dir_for(options)),
                                   environ)
+    signing = preflight.signing_problem(REPO_ROOT / kas_file.split(":", 1)[0], image, {**environ, **env},
+                                        Path(env["KAS_BUILD_DIR"]) / "conf" / "site.conf")
+    if signing:
+        # Not this check's verdict, but the build's first hours depend on it.
+        console.warn(f"a build of {image} would stop at do_rootfs: {signing}")
     out = Path(env["KAS_BUILD_DIR"]) / f"check-image-{image}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
@@ -164,7 +169,8 @@ def run_check_image(options: CheckImageOptions, environ: Mapping[str, str] | Non
     except process.CommandFailed as failure:
         print("\n".join(failure.output_tail[-20:]))
         errors = [line for line in failure.output_tail if "ERROR" in line or "Error" in line]
-        raise CheckImageError(f"{errors[-1] if errors else 'kas/bitbake failed'}\n  full log: {log}") from None
+        hint = preflight.offline_hint(failure.output_tail) or (errors[-1] if errors else "kas/bitbake failed")
+        raise CheckImageError(f"{hint}\n  full log: {log}") from None
     result = ProbeResult.from_json(json.loads(out.read_text()))
     findings = closure_findings(result)
     print("\n".join(report(result, findings)), flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 import pytest
@@ -269,3 +270,50 @@ def test_root_refusal_tells_how_to_get_a_clone_of_ones_own_and_the_steps_work(tm
         assert f"git clone {remote}" in hostcheck.own_clone_steps(repo, remote)
     (problem,) = hostcheck.check_not_root(0, repo)
     assert "bitbake refuses" in problem.reason and "git clone" in problem.fix
+
+
+# ---------------------------------------------------------------- before any build work
+
+
+def test_an_ab_build_without_signing_keys_stops_before_kas_in_one_line(tmp_path: Path, stand_ins, monkeypatch,
+                                                                       capsys) -> None:
+    stand_ins.add("kas", KAS_STAND_IN)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    monkeypatch.setattr(hostcheck, "gather_host_facts", lambda path: hostcheck.HostFacts(
+        path, free_bytes=500 * GIB, euid=1000, locales=("en_US.utf8",)))
+    monkeypatch.setattr(hostcheck, "check_host_tools", lambda which=None: [])
+    options = build.BuildOptions(machine="x86-64", build_dir=tmp_path / "x86")
+    with pytest.raises(build.BuildError, match="cannot build yet"):
+        build.run_build(options, environ={})
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if "MENDER_ARTIFACT_SIGNING_KEY" in line]
+    assert "fix: signed update artifacts are required" in line and "site.conf" in line
+    assert stand_ins.calls("kas") == [], "no build work started"
+    build.run_build(dataclass_replace(options, dry_run=True), environ={})
+    assert "MENDER_ARTIFACT_SIGNING_KEY and MENDER_ARTIFACT_VERIFY_KEY are not set" in capsys.readouterr().out
+
+
+def test_keys_from_the_environment_or_site_conf_satisfy_the_check(tmp_path: Path) -> None:
+    from tools import preflight
+
+    private, public = tmp_path / "signing.key", tmp_path / "verify.pem"
+    private.write_text("-----BEGIN PRIVATE KEY-----\n")
+    public.write_text("-----BEGIN PUBLIC KEY-----\n")
+    kas = build.REPO_ROOT / "kas/x86-64.yml"
+    site = tmp_path / "site.conf"
+    assert preflight.signing_problem(kas, "gpu-k8s-image", {}, site)
+    keys = {"MENDER_ARTIFACT_SIGNING_KEY": str(private), "MENDER_ARTIFACT_VERIFY_KEY": str(public)}
+    assert preflight.signing_problem(kas, "gpu-k8s-image", keys, site) == ""
+    site.write_text("".join(f'{name} = "{value}"\n' for name, value in keys.items()))
+    assert preflight.signing_problem(kas, "gpu-k8s-image", {}, site) == ""
+    assert preflight.signing_problem(kas, "gpu-k8s-image-dev", {}, tmp_path / "none.conf") == "", "debug: optional"
+
+
+def test_a_kas_failure_for_lack_of_network_names_the_network_and_the_mirror_options(
+        tmp_path: Path, stand_ins, fit_host, monkeypatch) -> None:
+    stand_ins.add("kas", "print('2026-11-25 10:00:01 - ERROR    - fetch repos failed: error code 128')\n", exit_code=1)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    with pytest.raises(build.BuildError) as failure:
+        build.run_build(options_in(tmp_path), environ={})
+    first = str(failure.value).splitlines()[0]
+    assert "check the network" in first and "KAS_REPO_REF_DIR" in first and "KAS_PREMIRRORS" in first

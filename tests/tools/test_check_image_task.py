@@ -110,3 +110,17 @@ def test_check_image_task_exits_1_with_one_line_for_a_bad_machine() -> None:
     assert completed.stderr.strip().splitlines() == [
         "error: unknown machine 'rpi'; choose one of: qemu, x86-64, x86-64-scarthgap, jetson-nano"]
     assert "Traceback" not in completed.stdout + completed.stderr
+
+
+def test_check_image_says_before_kas_runs_that_the_build_lacks_signing_keys(
+    tmp_path: Path, stand_ins, monkeypatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stand_ins.add("kas", "print('ERROR - fetch repos failed: error code 128')\n", exit_code=1)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    options = check_image.CheckImageOptions(machine="jetson-nano", build_dir=tmp_path / "work")
+    with pytest.raises(check_image.CheckImageError) as failure:
+        check_image.run_check_image(options, environ={}, euid=1000)
+    out = capsys.readouterr().out
+    warning = out.index("would stop at do_rootfs: signed update artifacts are required")
+    assert warning < out.index("resolving what"), "said before any kas work"
+    assert "check the network" in str(failure.value) and "KAS_REPO_REF_DIR" in str(failure.value)
