@@ -196,7 +196,8 @@ def flash_over_usb(options: FlashOptions, board: usb.RecoveryBoard | None, workd
             f"doflash.sh failed with exit code {failure.returncode}; put the board back in recovery "
             "mode, check the USB cable (no hub, no VM) and run again"
         ) from None
-    return f"flashed ({options.method}) the Nano at USB port {board.sysfs_name if board else '?'}"
+    port = f"at USB port {board.sysfs_name}" if board else "in recovery mode (none is connected now)"
+    return f"{'would flash' if options.dry_run else 'flashed'} ({options.method}) the Nano {port}"
 
 
 def make_sd_image(options: FlashOptions, workdir: Path) -> Path:
@@ -225,7 +226,7 @@ def run_flash(
         if not options.device:
             raise FlashError("--sd-image needs --device /dev/sdX (the SD card to write)")
         written = write_sd_image(options, options.sd_image, euid, interactive)
-        return [f"wrote {options.sd_image} to /dev/{written.name}"]
+        return [f"{'would write' if options.dry_run else 'wrote'} {options.sd_image} to /dev/{written.name}"]
     if options.method not in METHODS:
         raise FlashError(f"unknown --method {options.method!r}; choose one of: {', '.join(METHODS)}")
     package = tegraflash_package(options)
@@ -243,7 +244,7 @@ def run_flash(
             sd_image = make_sd_image(options, workdir)
             if options.device:
                 write_sd_image(options, sd_image, euid, interactive)
-                results.append(f"wrote the SD image to {options.device}")
+                results.append(f"{'would write' if options.dry_run else 'wrote'} the SD image to {options.device}")
             kept = options.output or deploy_dir(options) / f"{options.image}-{NANO.yocto_machine}.sdcard"
             if options.dry_run:
                 console.info(f"would keep the SD image as {kept}")

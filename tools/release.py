@@ -163,6 +163,12 @@ def release_candidates(deploy_dir: Path) -> list[Path]:
 def machines_to_release(options: ReleaseOptions) -> list[tuple[str, Path]]:
     """(Yocto machine, deploy dir) pairs to look in."""
     if options.deploy_dir is not None:
+        if not options.deploy_dir.is_dir():
+            # A typo, not a missing build: "build first" would send the person the wrong way.
+            raise ReleaseError(
+                f"--deploy-dir {options.deploy_dir} is not a directory: give the deploy directory of a build "
+                "(e.g. build/jetson-nano/build/tmp/deploy/images/jetson-nano-devkit), or leave it out"
+            )
         machine = _machine_for_kas(options.kas).yocto_machine if options.kas else options.deploy_dir.name
         return [(machine, options.deploy_dir)]
     names = [_machine_name_for_kas(options.kas)] if options.kas else list(build.MACHINES)

@@ -126,7 +126,9 @@ def test_typed_confirmation_writes_and_a_wrong_answer_does_not(host_tree, sd_ima
 
 def test_dry_run_shows_the_write_and_writes_nothing(host_tree, sd_image, stand_ins, capsys) -> None:
     stand_ins.add("bmaptool", BMAPTOOL)
-    flash.run_flash(write_options(host_tree, sd_image, "/dev/sdb", dry_run=True), euid=1000, interactive=False)
+    results = flash.run_flash(write_options(host_tree, sd_image, "/dev/sdb", dry_run=True), euid=1000,
+                              interactive=False)
+    assert results == [f"would write {sd_image} to /dev/sdb"], "a dry run never reads as if it wrote"
     out = capsys.readouterr().out
     assert f"would run: sudo bmaptool copy --nobmap {sd_image}" in out
     assert "/dev/sdb: Generic STORAGE DEVICE" in out
@@ -241,7 +243,8 @@ def test_sdcard_method_writes_the_made_image_to_a_safe_card(host_tree, tegraflas
 
 def test_dry_run_flash_shows_every_command_and_runs_none(host_tree, tegraflash_build, stand_ins, capsys) -> None:
     options = flash.FlashOptions(method="full", build_dir=tegraflash_build, dry_run=True, root=host_tree.root)
-    flash.run_flash(options, euid=1000, interactive=False)
+    results = flash.run_flash(options, euid=1000, interactive=False)
+    assert results == ["would flash (full) the Nano in recovery mode (none is connected now)"]
     out = capsys.readouterr().out
     assert "would run: tar -xzf " in out
     assert "would run: cd /tmp/gpu-k8s-flash-" in out or "would run: cd " in out

@@ -127,6 +127,14 @@ def test_nothing_built_says_where_it_looked_and_what_to_run(tmp_path: Path) -> N
         release.run_release(release.ReleaseOptions(deploy_dir=empty))
 
 
+def test_a_deploy_dir_that_does_not_exist_is_named_as_a_path_problem_not_a_missing_build(tmp_path: Path) -> None:
+    with pytest.raises(release.ReleaseError) as refused:
+        release.run_release(release.ReleaseOptions(deploy_dir=tmp_path / "dpeloy"))
+    message = str(refused.value)
+    assert message.startswith(f"--deploy-dir {tmp_path / 'dpeloy'} is not a directory")
+    assert "./task build" not in message and "\n" not in message
+
+
 def test_a_file_that_is_not_an_artifact_is_named(tmp_path: Path) -> None:
     directory = tmp_path / "deploy"
     directory.mkdir()
