@@ -14,6 +14,7 @@ from tools import check_image as check_image_module
 from tools import console
 from tools import flash as flash_module
 from tools import lint as lint_module
+from tools import provision as provision_module
 from tools import release as release_module
 from tools import rollout as rollout_module
 from tools import smoke_test as smoke_module
@@ -159,7 +160,13 @@ def check_image(
         "yes": "do not ask to type the device path (only for a device that passes every check)",
         "output": "where to keep the SD image dosdcard.sh makes (default: beside the tegraflash package)",
         "dry-run": "check everything and print every command; write nothing",
-    }
+        "server-url": "provisioning: the k3s server this node joins, https://HOST:6443 (with --token-file)",
+        "token-file": "provisioning: a file holding the join token (the server's "
+        "/var/lib/rancher/k3s/server/node-token)",
+        "role": "provisioning: server or agent; refused when the image was built as the other",
+        "label": "provisioning: a node label KEY=VALUE (repeat for more)",
+    },
+    iterable=["label"],
 )
 def flash(
     c: Context,
@@ -173,13 +180,19 @@ def flash(
     yes: bool = False,
     output: str | None = None,
     dry_run: bool = False,
+    server_url: str | None = None,
+    token_file: str | None = None,
+    role: str | None = None,
+    label: list[str] | None = None,
 ) -> None:
     """Flash a Jetson Nano in USB recovery mode, or write its SD card.
 
     Finds the board by USB id 0955:7f21, unpacks the tegraflash package from the build and
     runs doflash.sh / dosdcard.sh, or writes an SD image with bmaptool. Never writes a
     disk that is mounted, holds / or /boot, is not removable or is too small, unless you
-    name it with --force-device."""
+    name it with --force-device. With --server-url/--token-file/--role/--label the node's
+    k3s provisioning is written onto its data partition (A/B images), so it joins its
+    cluster on first boot and keeps that through every update."""
     options = flash_module.FlashOptions(
         method=method,
         image=image,
@@ -192,6 +205,8 @@ def flash(
         output=_optional_path(output),
         dry_run=dry_run,
         root=Path(os.environ.get("GPU_K8S_HOST_ROOT", "/")),
+        provisioning=provision_module.Provisioning(
+            server_url=server_url, token_file=_optional_path(token_file), role=role, labels=tuple(label or ())),
     )
     try:
         lines = flash_module.run_flash(options)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import blockdev, console, process, usb
+from tools import blockdev, console, process, provision, usb
 from tools.build import MACHINES
 from tools.paths import BUILD_ROOT
 
@@ -40,6 +40,8 @@ class FlashOptions:
     output: Path | None = None  # where the SD image from dosdcard.sh is kept
     dry_run: bool = False
     root: Path = Path("/")  # prefix for /sys, /proc and /dev: tests point it at fixtures
+    # The node's server, token, role and labels, written onto its data partition (tools/provision.py).
+    provisioning: provision.Provisioning = provision.Provisioning()
 
 
 def privileged(argv: Sequence[str], euid: int) -> list[str]:
@@ -222,14 +224,23 @@ def run_flash(
     euid = os.geteuid() if euid is None else euid
     interactive = sys.stdin.isatty() if interactive is None else interactive
     results: list[str] = []
+    token = _provisioning_token(options)
     if options.sd_image is not None:
         if not options.device:
             raise FlashError("--sd-image needs --device /dev/sdX (the SD card to write)")
+        _check_provisioning_role(options, provision.manifest_beside(options.sd_image))
         written = write_sd_image(options, options.sd_image, euid, interactive)
-        return [f"{'would write' if options.dry_run else 'wrote'} {options.sd_image} to /dev/{written.name}"]
+        results = [f"{'would write' if options.dry_run else 'wrote'} {options.sd_image} to /dev/{written.name}"]
+        return results + _provision_device(options, options.sd_image, written, token, euid)
     if options.method not in METHODS:
         raise FlashError(f"unknown --method {options.method!r}; choose one of: {', '.join(METHODS)}")
+    if options.provisioning.wanted and options.method == "spi-only":
+        raise FlashError("--method spi-only writes the boot firmware only: provisioning goes with the method that "
+                         "writes the data partition (full, or sdcard --device)")
+    if options.provisioning.wanted and options.method == "sdcard" and not options.device:
+        raise FlashError("provisioning is written onto the card, never into a kept SD image: give --device /dev/sdX")
     package = tegraflash_package(options)
+    _check_provisioning_role(options, provision.manifest_beside(package))
     if options.method == "sdcard" and options.device:
         # Refuse an unsafe device now, before minutes of dosdcard.sh; size is checked later.
         refuse_unsafe_target(options, image_size=0)
@@ -238,13 +249,16 @@ def run_flash(
     with tempfile.TemporaryDirectory(prefix="gpu-k8s-flash-") as temp:
         workdir = Path(temp)
         unpack(package, workdir, options.dry_run)
+        if over_usb and options.provisioning.wanted:
+            results.append(_provision_package(options, workdir, token))
         if over_usb:
             results.append(flash_over_usb(options, board, workdir, euid))
         else:
             sd_image = make_sd_image(options, workdir)
             if options.device:
-                write_sd_image(options, sd_image, euid, interactive)
+                written = write_sd_image(options, sd_image, euid, interactive)
                 results.append(f"{'would write' if options.dry_run else 'wrote'} the SD image to {options.device}")
+                results += _provision_device(options, sd_image, written, token, euid)
             kept = options.output or deploy_dir(options) / f"{options.image}-{NANO.yocto_machine}.sdcard"
             if options.dry_run:
                 console.info(f"would keep the SD image as {kept}")
@@ -253,3 +267,43 @@ def run_flash(
                 shutil.move(str(sd_image), kept)
                 results.append(f"SD image: {kept} ({console.human_size(kept.stat().st_size)})")
     return results
+
+
+# ---------------------------------------------------------------- provisioning (tools/provision.py)
+
+
+def _provisioning_token(options: FlashOptions) -> str:
+    """Every provisioning option checked before anything is unpacked or written."""
+    if not options.provisioning.wanted:
+        return ""
+    try:
+        return provision.validate(options.provisioning)
+    except provision.ProvisionError as error:
+        raise FlashError(str(error)) from None
+
+
+def _check_provisioning_role(options: FlashOptions, manifest: Path | None) -> None:
+    try:
+        provision.check_role(options.provisioning, manifest)
+    except provision.ProvisionError as error:
+        raise FlashError(str(error)) from None
+
+
+def _provision_package(options: FlashOptions, workdir: Path, token: str) -> str:
+    console.step("writing the node's provisioning into the data partition image")
+    try:
+        return provision.into_unpacked_package(workdir, options.provisioning, token, options.dry_run)
+    except provision.ProvisionError as error:
+        raise FlashError(f"{error}; nothing was flashed") from None
+
+
+def _provision_device(options: FlashOptions, image: Path, written: Path, token: str, euid: int) -> list[str]:
+    if not options.provisioning.wanted:
+        return []
+    console.step(f"writing the node's provisioning onto {written}")
+    try:
+        return [provision.onto_device(image, written, options.provisioning, token, privileged([], euid),
+                                      options.dry_run)]
+    except provision.ProvisionError as error:
+        raise FlashError(f"{error}; the image was written, the node is not provisioned: run again, or write "
+                         "/etc/rancher/k3s/config.yaml on it") from None
