@@ -25,7 +25,7 @@ STDLIB_PACKAGE = {
     "re": "python3-core",
     "shlex": "python3-shell", "shutil": "python3-core", "signal": "python3-core", "socket": "python3-io",
     "subprocess": "python3-core", "sys": "python3-core", "time": "python3-core", "typing": "python3-core",
-    "urllib": "python3-core", "ssl": "python3-io", "base64": "python3-netclient",
+    "urllib": "python3-core", "ssl": "python3-io", "base64": "python3-netclient", "tempfile": "python3-io",
 }
 
 
