@@ -448,7 +448,7 @@ def rendered_manifest() -> list[dict]:
     text = (SUC_DIR / "files/system-upgrade-controller.yaml").read_text()
     text = text.replace("@SUC_IMAGE@", recipe.value("GPU_K8S_SUC_IMAGE").replace("${PV}", version))
     text = text.replace("@SUC_VERSION@", f"v{version}")
-    k3s_version = parse(LAYER / "recipes-containers/k3s/k3s_version.inc").value("K3S_VERSION")
+    k3s_version = parse(LAYER / "recipes-containers/k3s/k3s-line-1.36.inc").value("K3S_VERSION")
     text = text.replace("@KUBECTL_IMAGE@", recipe.value("GPU_K8S_SUC_KUBECTL_IMAGE").replace("${K3S_VERSION}",
                                                                                          k3s_version))
     assert "@" not in re.sub(r"#.*", "", text.replace("fieldPath: \"metadata.labels['upgrade", "")), "unfilled"
@@ -471,7 +471,7 @@ def test_jobs_never_pull_the_preloaded_upgrade_image():
 
 def test_the_drain_steps_kubectl_follows_the_k3s_line_and_air_gapped_archives_must_hold_it():
     (env,) = [d for d in rendered_manifest() if d["kind"] == "ConfigMap"]
-    k3s_version = parse(LAYER / "recipes-containers/k3s/k3s_version.inc").value("K3S_VERSION")
+    k3s_version = parse(LAYER / "recipes-containers/k3s/k3s-line-1.36.inc").value("K3S_VERSION")
     assert env["data"]["SYSTEM_UPGRADE_JOB_KUBECTL_IMAGE"] == f"rancher/kubectl:v{k3s_version}"
     recipe = parse(next(SUC_DIR.glob("gpu-k8s-system-upgrade_*.bb")))
     assert "recipes-containers/k3s/k3s_version.inc" in recipe.requires

@@ -32,10 +32,15 @@ def version_inc():
     return parse(K3S_DIR / "k3s_version.inc")
 
 
+def line_inc(line: str | None = None):
+    """The hash set of a k3s line (default: the line machines run unless told otherwise)."""
+    return parse(K3S_DIR / f"k3s-line-{line or version_inc().value('GPU_K8S_K3S_LINE')}.inc")
+
+
 def src_uri_for(recipe, arch: str) -> list[str]:
     """SRC_URI entries of a recipe with the release variables expanded for one arch."""
     merged = parse(recipe)
-    for inc in (version_inc(), release_inc()):
+    for inc in (line_inc(), version_inc(), release_inc()):
         merged.assignments = inc.assignments + merged.assignments
     text = resolve(merged, "SRC_URI", ARCH_OVERRIDES[arch])
     assert "${" not in text, text
@@ -43,11 +48,11 @@ def src_uri_for(recipe, arch: str) -> list[str]:
 
 
 def checksums() -> dict[str, str]:
-    return {a.flag[1:-1].split(".")[0]: a.value for a in release_inc().values("SRC_URI") if a.flag}
+    return {a.flag[1:-1].split(".")[0]: a.value for a in line_inc().values("SRC_URI") if a.flag}
 
 
 def test_release_is_a_supported_1_36_patch_release_and_matches_the_file_names():
-    version = version_inc().value("K3S_VERSION")
+    version = line_inc().value("K3S_VERSION")
     assert re.fullmatch(r"1\.36\.\d+", version), f"k3s {version} is not on the 1.36 line"
     assert version_inc().value("K3S_RELEASE") == "v${K3S_VERSION}+k3s1"
     for recipe in (k3s_recipe(), K3S_DIR / f"k3s-airgap-images_{version}.bb"):
@@ -208,3 +213,58 @@ def test_layer_readme_names_a_maintainer_and_how_to_send_patches():
     assert re.search(r"[\w.+-]+@[\w-]+\.[\w.]+", readme), "a maintainer e-mail address"
     assert re.search(r"patch", readme, re.I)
     assert (REPO / "LICENSE").exists()
+
+
+# ---------------------------------------------------------------- k3s lines per machine
+
+
+def k3s_line_module():
+    import sys
+
+    sys.path.insert(0, str(LAYER / "lib"))
+    from gpu_k8s import k3s_line
+
+    return k3s_line
+
+
+def test_every_carried_line_has_one_hash_set_and_its_recipes():
+    k3s_line = k3s_line_module()
+    lines = k3s_line.carried_lines([K3S_DIR])
+    assert "1.36" in lines and version_inc().value("GPU_K8S_K3S_LINE") in lines
+    for line in lines:
+        inc = line_inc(line)
+        version = inc.value("K3S_VERSION")
+        assert version.startswith(line + "."), f"k3s-line-{line}.inc pins {version}"
+        sums = {a.flag[1:-1].split(".")[0] for a in inc.values("SRC_URI") if a.flag}
+        assert sums == set(PUBLISHED), f"k3s-line-{line}.inc must pin every asset"
+        for recipe in (f"k3s_{version}.bb", f"k3s-airgap-images_{version}.bb"):
+            assert (K3S_DIR / recipe).exists(), f"line {line} has no {recipe}"
+    assert not release_inc().values("SRC_URI"), "hashes live in the line's file only"
+
+
+def test_one_setting_moves_one_machine_to_another_line():
+    """The Nano held on an older line, the others on the newest: each machine keeps the
+    k3s recipe of its own line and skips the other, and a line without hashes is named."""
+    k3s_line = k3s_line_module()
+    pinned = {"1.36": "1.36.4", "1.37": "1.37.2"}  # two lines, as when the Nano is held back
+    line_of = {"jetson-nano-devkit": "1.36", "genericx86-64": "1.37"}
+    for machine, line in line_of.items():
+        kept = [v for v in pinned.values() if not k3s_line.recipe_skip_reason(v, line, pinned[line])]
+        assert kept == [pinned[line]], machine
+        skipped = k3s_line.recipe_skip_reason(pinned["1.37" if line == "1.36" else "1.36"], line, pinned[line])
+        assert f"GPU_K8S_K3S_LINE is {line}" in skipped
+    problem = k3s_line.line_problem("1.35", None, ["1.36", "1.37"])
+    assert problem == ('GPU_K8S_K3S_LINE is "1.35", but the layer carries no hash set for it '
+                       "(recipes-containers/k3s/k3s-line-1.35.inc); lines carried: 1.36, 1.37")
+    assert "minor line" in k3s_line.line_problem("1.36.4", "1.36.4", ["1.36"])
+    assert k3s_line.line_problem("1.36", "1.36.4", ["1.36"]) == ""
+
+
+def test_the_recipes_skip_other_lines_and_the_machine_line_is_checked_at_parse_time():
+    release = (K3S_DIR / "k3s-release.inc").read_text()
+    assert "recipe_skip_reason(d.getVar('PV'), d.getVar('GPU_K8S_K3S_LINE'), d.getVar('K3S_VERSION'))" in release
+    assert "raise bb.parse.SkipRecipe(reason)" in release
+    version = (K3S_DIR / "k3s_version.inc").read_text()
+    assert 'GPU_K8S_K3S_LINE ??= "1.36"' in version, "a weak default: local.conf overrides it per machine"
+    assert "include recipes-containers/k3s/k3s-line-${GPU_K8S_K3S_LINE}.inc" in version
+    assert "bb.fatal(problem)" in version

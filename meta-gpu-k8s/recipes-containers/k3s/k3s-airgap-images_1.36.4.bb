@@ -18,6 +18,7 @@ inherit features_check systemd
 REQUIRED_DISTRO_FEATURES = "gpu-k8s systemd"
 
 K3S_AIRGAP_FILE = "k3s-airgap-images-${K3S_ARCH}.tar.zst"
+# nooelint: oelint.vars.downloadfilename - K3S_RELEASE holds the version, PV (k3s-release.inc checks they match)
 SRC_URI = "${K3S_RELEASE_URL}/${K3S_AIRGAP_FILE};downloadfilename=k3s-airgap-images-${K3S_ARCH}-${K3S_RELEASE}.tar.zst;name=airgap-${K3S_ARCH};unpack=0 \
            file://k3s-airgap-images-load \
            file://k3s-airgap-images.service \

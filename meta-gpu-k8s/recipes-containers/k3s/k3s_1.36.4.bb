@@ -22,6 +22,7 @@ K3S_ASSET:aarch64 = "k3s-arm64"
 # Per-architecture, per-version download names: the amd64 and arm64 binaries never share a
 # DL_DIR entry, and a version bump never reuses an old download.
 K3S_DOWNLOAD = "k3s-${K3S_ARCH}-${K3S_RELEASE}"
+# nooelint: oelint.vars.downloadfilename - K3S_RELEASE holds the version, PV (k3s-release.inc checks they match)
 SRC_URI = "${K3S_RELEASE_URL}/${K3S_ASSET};downloadfilename=${K3S_DOWNLOAD};name=k3s-${K3S_ARCH} \
            file://k3s.service \
            file://k3s-agent.service \
