@@ -292,6 +292,7 @@ def test_status_shows_the_next_step(board: Board, kubelet: HealthServer) -> None
     report = json.loads(result.stdout)
     assert report["booted_version"] == "gpu-k8s-1.0.0" and report["pending"] is False
     assert report["next_step"]["step"] == "install"
+    assert report["node_name"] == {"name": "nano-1", "from": "configured"}
 
 
 def test_a_board_without_an_ab_updater_is_refused_clearly_and_nothing_is_written(

@@ -119,6 +119,7 @@ def _status(node: Node, version: str | None) -> int:
         report["boot_id"] = node.host.boot_id()
     except SystemStateError as error:
         report["error"] = str(error)
+    report["node_name"] = {"name": node.node_name, "from": node.node_name_source}
     marker = node.store.load_marker()
     report["marker"] = marker.to_json() if marker else None
     report["last_gate"] = node.store.load_gate_result()
