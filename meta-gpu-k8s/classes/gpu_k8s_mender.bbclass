@@ -82,6 +82,11 @@ GPU_K8S_ARTIFACT_SIGNING ??= "required"
 GPU_K8S_ARTIFACT_SIGNING:pn-gpu-k8s-image-dev ??= "optional"
 
 python gpu_k8s_check_artifact_signing() {
+    import os, sys
+    # Our lib/ on sys.path: kirkstone's base.bbclass adds every layer's lib/, wrynose needs addpylib.
+    lib = os.path.join(d.getVar('GPU_K8S_LAYERDIR'), 'lib')
+    if lib not in sys.path:
+        sys.path.insert(0, lib)
     from gpu_k8s.signing import signing_problems
     problems = signing_problems(
         d.getVar('GPU_K8S_ARTIFACT_SIGNING'),
