@@ -115,3 +115,30 @@ def test_security_policy_says_how_to_report_and_covers_every_series():
     assert re.search(r"<[\w.+-]+@[\w-]+(\.[\w-]+)+>", policy), "an address to report to"
     for series in SERIES:
         assert series in policy, f"SECURITY.md does not say whether {series} builds get fixes"
+
+
+def series_assignment(series: str, var: str) -> str:
+    found = re.findall(rf'^{var} = "([^"]*)"$', series_text(series), re.M)
+    assert len(found) == 1, f"{series}.inc: {var} must be set once, found {found}"
+    return found[0]
+
+
+@pytest.mark.parametrize("series", SERIES)
+def test_every_series_says_which_extra_kernel_fragment_it_needs(series):
+    # linux-yocto 6.17+ (wrynose's 6.18) drops iptable_filter/iptable_nat without
+    # NETFILTER_XTABLES_LEGACY; 5.15 and 6.6 have no such symbol, so they must not ask for it
+    value = series_assignment(series, "GPU_K8S_LINUX_YOCTO_SERIES_CFG")
+    fragments = [uri.removeprefix("file://") for uri in value.split()]
+    assert all(uri.startswith("file://") for uri in value.split())
+    kernel_dir = LAYER / "recipes-kernel/linux/linux-yocto"
+    for fragment in fragments:
+        assert (kernel_dir / fragment).exists(), f"{series}.inc names a missing fragment {fragment}"
+    legacy = "gpu-k8s-k3s-xtables-legacy.cfg"
+    assert (legacy in fragments) == (series == "wrynose")
+    options = code_lines((kernel_dir / legacy).read_text())
+    assert options == ["CONFIG_NETFILTER_XTABLES_LEGACY=y", "CONFIG_IP_NF_IPTABLES_LEGACY=m"]
+
+
+def test_the_kernel_class_takes_the_series_fragment():
+    text = (LAYER / "classes/gpu_k8s_linux_yocto.bbclass").read_text()
+    assert re.search(r'^SRC_URI \+= "file://gpu-k8s-k3s\.cfg \$\{GPU_K8S_LINUX_YOCTO_SERIES_CFG\}"$', text, re.M)
