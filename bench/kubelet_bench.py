@@ -1,0 +1,337 @@
+"""The plugin against a Go reference plugin, both called as the kubelet calls them.
+
+Run (after bench/go/build.sh; see the README's "Benchmark" paragraph):
+    .venvs/plugin-oldest/bin/python bench/kubelet_bench.py [--rounds 3] [--idle-seconds 60]
+
+The client is bench/go/kubelet-client: grpc-go, generated v1beta1 stubs, the device
+manager's calls (Register with dial-back and GetDevicePluginOptions, one ListAndWatch
+stream, then per admission GetPreferredAllocation + Allocate on the one connection). The
+reference is bench/go/reference-plugin, a minimal Go plugin from the same stubs. Each round
+starts every target afresh with its own client: start -> registered, admissions, RSS/PSS
+and idle CPU. Medians over the rounds are printed with our/reference ratios, and with
+the load average, the interpreter and library versions: the figures depend on all of them.
+Our plugin runs on the interpreter running this script (or --python). Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GO_BIN = Path(os.environ.get("BENCH_GO_OUT", ROOT / "build" / "bench-go")) / "bin"  # as bench/go/build.sh
+NANO_FIXTURE = ROOT / "tests" / "plugin" / "fixtures" / "jetson-nano"
+REFERENCE = "go-reference"
+
+
+class BenchError(Exception):
+    pass
+
+
+@dataclass
+class Target:
+    name: str  # "go-reference", "simulated", "tegra"
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Sample:
+    """One target's figures from one round."""
+
+    target: str
+    start_ms: float
+    p50_us: float
+    p99_us: float
+    rss_mib: float
+    pss_mib: float
+    idle_cpu_pct: float
+    load: float
+
+
+# ------------------------------------------------------------------ figures (no processes)
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile: an observed value, never an interpolation."""
+    if not values:
+        raise ValueError("no values")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * (len(ordered) - 1)))))]
+
+
+def parse_events(lines: Iterable[str]) -> list[dict]:
+    """The client's JSON lines; anything else (a stray log line) is an error naming it."""
+    events = []
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            raise BenchError(f"kubelet-client printed a line that is not JSON: {line[:120]!r}") from None
+        if not isinstance(event, dict) or "event" not in event:
+            raise BenchError(f"kubelet-client printed JSON without an event: {line[:120]!r}")
+        events.append(event)
+    return events
+
+
+def admission_figures(event: dict) -> tuple[float, float]:
+    """(p50, p99) in microseconds from an "admissions" event."""
+    times = event.get("ns")
+    if event.get("event") != "admissions" or not isinstance(times, list) or not times:
+        raise BenchError(f"expected admission timings, got {str(event)[:120]}")
+    micros = [t / 1000 for t in times]
+    return percentile(micros, 0.5), percentile(micros, 0.99)
+
+
+FIGURES = (  # attribute, heading, format; lower is better for all of them
+    ("start_ms", "start->registered ms", "{:.0f}"),
+    ("p50_us", "admission p50 us", "{:.0f}"),
+    ("p99_us", "admission p99 us", "{:.0f}"),
+    ("rss_mib", "RSS MiB", "{:.1f}"),
+    ("pss_mib", "PSS MiB", "{:.1f}"),
+    ("idle_cpu_pct", "idle CPU %", "{:.3f}"),
+)
+
+
+def medians(samples: Sequence[Sample]) -> dict[str, dict[str, float]]:
+    """target -> figure -> median over its rounds."""
+    by_target: dict[str, list[Sample]] = {}
+    for sample in samples:
+        by_target.setdefault(sample.target, []).append(sample)
+    return {target: {name: statistics.median(getattr(s, name) for s in rows) for name, _, _ in FIGURES}
+            for target, rows in by_target.items()}
+
+
+def ratio(ours: float, reference: float) -> float | None:
+    """ours / reference, or None where the reference is zero (idle CPU often is)."""
+    return ours / reference if reference > 0 else None
+
+
+def table(summary: dict[str, dict[str, float]], reference: str = REFERENCE) -> list[str]:
+    """Rows: one per figure; columns: each target, then ours/reference per target of ours."""
+    targets = [reference, *(t for t in summary if t != reference)] if reference in summary else list(summary)
+    ours = [t for t in targets if t != reference]
+    head = ["figure (median)", *targets, *(f"{t}/ref" for t in ours if reference in summary)]
+    rows = [head]
+    for name, heading, fmt in FIGURES:
+        row = [heading, *(fmt.format(summary[t][name]) for t in targets)]
+        if reference in summary:
+            for t in ours:
+                r = ratio(summary[t][name], summary[reference][name])
+                row.append(f"{r:.2f}x" if r is not None else "-")
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+# ------------------------------------------------------------------ processes
+
+class GoClient:
+    """bench/go/kubelet-client on a socket directory, its JSON events read in a thread."""
+
+    def __init__(self, binary: Path, socket_dir: str) -> None:
+        self.proc = subprocess.Popen([str(binary), "-socket-dir", socket_dir], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.events: queue.Queue[dict] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.wait("listening", 10)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            for event in parse_events([line]):
+                self.events.put(event)
+        self.events.put({"event": "exited"})
+
+    def wait(self, kind: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchError(f"kubelet-client: no {kind!r} event within {timeout:.0f} s")
+            try:
+                event = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            if event["event"] == kind:
+                return event
+            if event["event"] in ("error", "exited"):
+                raise BenchError(f"kubelet-client: {event.get('error', 'exited')} (waiting for {kind})")
+
+    def admit(self, warmup: int, count: int, size: int = 1) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"admit {warmup} {count} {size}\n")
+        self.proc.stdin.flush()
+        return self.wait("admissions", 120 + count / 100)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.close()
+                self.proc.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def memory_mib(pid: int) -> tuple[float, float]:
+    """(RSS, PSS) of a process; PSS splits shared pages among the processes mapping them."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        key, value = line.split(":", 1)
+        fields[key] = int(value.split()[0])
+    return fields["Rss"] / 1024, fields["Pss"] / 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(target: Target, client_binary: Path, args: argparse.Namespace) -> Sample:
+    work = tempfile.mkdtemp(prefix="gdp-kb-", dir="/tmp")
+    socket_dir = os.path.join(work, "sock")
+    os.makedirs(socket_dir)
+    client = GoClient(client_binary, socket_dir)
+    argv = [a.replace("{socket_dir}", socket_dir).replace("{work}", work) for a in target.argv]
+    prepare(target.name, work)
+    proc = None
+    try:
+        started = time.time_ns()
+        proc = subprocess.Popen(argv, env={**os.environ, **target.env}, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        registered = client.wait("registered", 30)
+        start_ms = (registered["unix_ns"] - started) / 1e6
+        event = client.admit(args.warmup, args.admissions)
+        p50, p99 = admission_figures(event)
+        time.sleep(args.settle_seconds)  # let the admissions' garbage settle before reading memory
+        rss, pss = memory_mib(proc.pid)
+        cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(args.idle_seconds)
+        idle = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0) * 100
+        return Sample(target.name, start_ms, p50, p99, rss, pss, idle, os.getloadavg()[0])
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        client.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def prepare(name: str, work: str) -> None:
+    if name == "simulated":
+        os.makedirs(os.path.join(work, "health"))
+    elif name == "tegra":
+        root = os.path.join(work, "nano")
+        shutil.copytree(NANO_FIXTURE, root, symlinks=True)
+        try:  # with a readable kernel log the monitor runs the select() loop a Jetson runs
+            with open("/dev/kmsg", "rb"):
+                pass
+            os.symlink("/dev/kmsg", os.path.join(root, "dev", "kmsg"))
+        except OSError:
+            pass
+
+
+def extra_target(spec: str) -> Target:
+    """--plugin NAME=COMMAND: any other plugin, its command line split on spaces."""
+    name, _, command = spec.partition("=")
+    if not name or not command.strip() or name in (REFERENCE, "simulated", "tegra"):
+        raise BenchError(f"--plugin {spec!r}: write NAME=COMMAND with a new NAME, e.g. "
+                         "'other=/usr/bin/other-plugin --kubelet-socket {socket_dir}/kubelet.sock'")
+    return Target(name, command.split())
+
+
+def targets(python: str) -> list[Target]:
+    env = {"PYTHONPATH": str(ROOT / "plugin" / "src"), "JOURNAL_STREAM": ""}
+    ours = [python, "-m", "gpu_device_plugin", "--kubelet-socket", "{socket_dir}/kubelet.sock",
+            "--log-level", "info", "--health-recovery-period", "0"]
+    return [
+        Target(REFERENCE, [str(GO_BIN / "reference-plugin"), "-kubelet-socket", "{socket_dir}/kubelet.sock",
+                           "-devices", "2"]),
+        Target("simulated", [*ours, "--device-discovery-strategy", "simulated", "--simulated-gpus", "2",
+                             "--simulated-health-dir", "{work}/health"], env),
+        Target("tegra", [*ours, "--device-discovery-strategy", "tegra", "--host-root", "{work}/nano"], env),
+    ]
+
+
+def python_stack(python: str) -> str:
+    code = ("import sys, grpc, google.protobuf as p; "
+            "print(f'Python {sys.version.split()[0]}, grpcio {grpc.__version__}, protobuf {p.__version__}')")
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BenchError(f"{python} cannot import grpc/protobuf: run it from a plugin venv (.venvs/plugin-*)")
+    return done.stdout.strip()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3, help="fresh starts of every target (medians over them)")
+    parser.add_argument("--admissions", type=int, default=2000, help="timed admissions per target and round")
+    parser.add_argument("--warmup", type=int, default=200, help="untimed admissions first (connection, caches)")
+    parser.add_argument("--idle-seconds", type=float, default=60.0, help="idle CPU window per target and round")
+    parser.add_argument("--settle-seconds", type=float, default=2.0, help="pause before reading memory")
+    parser.add_argument("--target", action="append",
+                        help="only these targets (repeatable; default all): go-reference, simulated, tegra, "
+                        "or a --plugin NAME")
+    parser.add_argument("--plugin", action="append", default=[], metavar="NAME=COMMAND",
+                        help="also measure this plugin; {socket_dir} in COMMAND is the kubelet's socket directory")
+    parser.add_argument("--python", default=sys.executable, help="interpreter our plugin runs on")
+    parser.add_argument("--json", metavar="PATH", help="also write every round's figures here")
+    args = parser.parse_args(argv)
+    client = GO_BIN / "kubelet-client"
+    if not client.exists() or not (GO_BIN / "reference-plugin").exists():
+        print(f"error: {client} is not built. fix: bench/go/build.sh (needs Debian's golang-go and "
+              "golang-google-grpc-dev; see the script's header)", file=sys.stderr)
+        return 2
+    try:
+        stack = python_stack(args.python)
+        go_stack = (GO_BIN / "stack.txt").read_text().strip() if (GO_BIN / "stack.txt").exists() else "go"
+        print(f"client: kubelet-client ({go_stack}); reference: reference-plugin ({go_stack}); ours: {stack}")
+        print(f"{os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}")
+        every = [*targets(args.python), *(extra_target(spec) for spec in args.plugin)]
+        chosen = [t for t in every if not args.target or t.name in args.target]
+        if not chosen:
+            raise BenchError(f"no target named {', '.join(args.target)}: choose from "
+                             f"{', '.join(t.name for t in every)}")
+        samples = []
+        for round_number in range(1, args.rounds + 1):
+            for target in chosen:
+                sample = measure(target, client, args)
+                samples.append(sample)
+                print(f"round {round_number} {target.name}: start {sample.start_ms:.0f} ms, admission p50 "
+                      f"{sample.p50_us:.0f} us p99 {sample.p99_us:.0f} us, RSS {sample.rss_mib:.1f} MiB "
+                      f"(PSS {sample.pss_mib:.1f}), idle CPU {sample.idle_cpu_pct:.3f} %, load {sample.load:.2f}",
+                      flush=True)
+    except BenchError as failure:
+        print(f"error: {failure}", file=sys.stderr)
+        return 1
+    print("\n".join(table(medians(samples))))
+    print(f"load average at the end {os.getloadavg()[0]:.2f} (p99 and start figures follow the load)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"stack": stack, "go": go_stack,
+                                               "samples": [s.__dict__ for s in samples]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
