@@ -1,6 +1,6 @@
 """The kubelet session: serve, register, follow kubelet restarts, stop cleanly.
 
-One thread runs this loop; gRPC has its own threads; health monitors report into
+One thread runs this loop; the gRPC server has its own (api/grpc_server); health monitors report into
 DeviceState. The loop sleeps in select() on inotify (the socket directory and the config
 file), a wake pipe (signals, stop, health) and the next timer (registration retry,
 watchdog); an idle plugin makes no syscalls between watchdog pings. The pieces it drives
@@ -294,7 +294,7 @@ class Daemon:
         try:
             os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
             server.start()
-        except (OSError, RuntimeError) as exc:  # grpcio raises RuntimeError for a failed bind
+        except OSError as exc:
             self._schedule_retry(f"cannot listen on {self.socket_path} ({exc})")
             return False
         self.server = server

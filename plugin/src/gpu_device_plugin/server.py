@@ -4,42 +4,44 @@ from __future__ import annotations
 
 import os
 import stat
-from concurrent import futures
 
-import grpc
-
-from .api import pb, rpc
-from .servicer import MAX_STREAMS, DevicePluginServicer
-
-# ListAndWatch holds a worker per open stream; the kubelet keeps one. Streams are capped
-# (servicer.StreamSlots, MAX_STREAMS) and the pool has room for them plus the unary calls,
-# so Allocate, GetPreferredAllocation and the watchdog's self-probe always find a worker.
-UNARY_WORKERS = 4
-MAX_WORKERS = MAX_STREAMS + UNARY_WORKERS
+from .api import grpc_client, pb
+from .api.grpc_server import Method, Server
+from .api.schema import PACKAGE, SERVICES
+from .api.status import RpcFailure
+from .servicer import DevicePluginServicer, request_log
 
 
 class RegistrationError(Exception):
     pass
 
 
+def method_path(service: str, method: str) -> str:
+    return f"/{PACKAGE}.{service}/{method}"
+
+
+def device_plugin_methods(servicer: DevicePluginServicer) -> dict[str, Method]:
+    """The DevicePlugin service's paths, each to its request class and servicer method."""
+    return {method_path("DevicePlugin", name): Method(getattr(pb, request), getattr(servicer, name), streaming)
+            for name, request, _response, streaming in SERVICES["DevicePlugin"]}
+
+
 class PluginServer:
     def __init__(self, socket_path: str, servicer: DevicePluginServicer) -> None:
         self.socket_path = socket_path
         self.servicer = servicer
-        self._server: grpc.Server | None = None
+        self._server: Server | None = None
         self.inode: int | None = None
 
     def start(self) -> None:
         remove_socket(self.socket_path)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="grpc"),
-                             options=[("grpc.so_reuseport", 0)])
-        server.add_generic_rpc_handlers((rpc.generic_handler("DevicePlugin", self.servicer),))
+        server = Server(device_plugin_methods(self.servicer), request_log)
         try:
-            bound = server.add_insecure_port(f"unix:{self.socket_path}")
-        except RuntimeError:  # newer grpcio raises, older ones return 0
-            bound = 0
-        if bound == 0:
-            raise OSError(f"cannot bind {self.socket_path}: does the directory exist and is it writable?")
+            server.bind(self.socket_path)
+        except OSError as exc:
+            raise OSError(f"cannot bind {self.socket_path} ({exc.strerror or exc}): does the directory exist "
+                          "and is it writable?") from None
+        self.servicer.attach(server.wake)
         server.start()
         self._server = server
         self.inode = os.stat(self.socket_path).st_ino
@@ -47,7 +49,8 @@ class PluginServer:
     def stop(self, remove: bool = True) -> None:
         self.servicer.stop()
         if self._server is not None:
-            self._server.stop(grace=None).wait(2)
+            self._server.stop(2)
+            self.servicer.detach(self._server.wake)
             self._server = None
         if remove:
             owned = self.owns_socket()
@@ -75,12 +78,8 @@ def register(kubelet_socket: str, endpoint: str, resource: str, timeout: float =
     """Register with the kubelet, which dials our endpoint back before answering."""
     options = pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
     request = pb.RegisterRequest(version=pb.VERSION, endpoint=endpoint, resource_name=resource, options=options)
-    channel = grpc.insecure_channel(f"unix:{kubelet_socket}")
     try:
-        rpc.Stub(channel, "Registration").Register(request, timeout=timeout)
-    except grpc.RpcError as exc:
-        code = exc.code() if hasattr(exc, "code") else None
-        details = exc.details() if hasattr(exc, "details") else str(exc)
-        raise RegistrationError(f"{getattr(code, 'name', code)}: {details}") from None
-    finally:
-        channel.close()
+        grpc_client.call(kubelet_socket, method_path("Registration", "Register"), request.SerializeToString(),
+                         timeout)
+    except RpcFailure as failure:
+        raise RegistrationError(f"{failure.code.name}: {failure.details}") from None

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import grpc
 
 from . import policy, toolkit_cdi
 from .api import pb
+from .api.grpc_server import CallContext
+from .api.status import StatusCode
 from .hostpath import host_path_exists
 from .logs import REQUESTS
 from .settings import Settings
@@ -23,10 +23,10 @@ MAX_STREAMS = 2  # the kubelet's stream, and one more (a re-dial overlapping, or
 
 
 class StreamSlots:
-    """Which ListAndWatch streams may hold a gRPC worker: at most `limit` at once.
+    """Which ListAndWatch streams may be open: at most `limit` at once.
 
-    Each open stream holds a worker for its whole life, so the cap is what leaves the
-    unary calls (Allocate, the watchdog's self-probe) their workers. The first stream after
+    A stream holds no thread (the server polls it), but each costs a poll per state change
+    and a client may open them in a loop; the kubelet keeps one. The first stream after
     `expect_kubelet()` is the kubelet dialling back from Register: it is always admitted
     and ends every older stream, which belonged to an earlier registration or to another
     local client; any other stream beyond the cap is refused.
@@ -87,42 +87,35 @@ class DevicePluginServicer:
         """Called just before Register: the kubelet's stream that follows replaces older ones."""
         self._slots.expect_kubelet()
 
+    def attach(self, waker: Callable[[], None]) -> None:
+        """The serving server's wake(): called on every device or health change."""
+        self._state.add_waker(waker)
+
+    def detach(self, waker: Callable[[], None]) -> None:
+        self._state.remove_waker(waker)
+
     def stop(self) -> None:
         """End every open ListAndWatch stream (server shutdown or kubelet restart)."""
         self._stopped.set()
         self._state.wake()
 
-    def GetDevicePluginOptions(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def GetDevicePluginOptions(self, request: Any, context: CallContext) -> Any:
         return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
-    def ListAndWatch(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    def ListAndWatch(self, request: Any, context: CallContext) -> DeviceWatch:
         slot = self._slots.admit()
         if slot is None:
             request_log.warning("refused a ListAndWatch stream: %d are open already (the kubelet keeps one)",
                                 self._slots.limit)
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+            context.abort(StatusCode.RESOURCE_EXHAUSTED,
                           f"{self._slots.limit} ListAndWatch streams are open already; close one first")
-            return
+        assert slot is not None
         number, end, replaced = slot
-        context.add_callback(self._state.wake)  # RPC ended: wake our wait so the thread leaves
         if replaced:
-            self._state.wake()  # the streams this one replaces sleep in wait_for_change: let them see `end`
-        try:
-            seen = -1
-            while True:
-                token = self._state.wake_token()  # before the checks: a stop right after them still wakes us
-                if self._stopped.is_set() or end.is_set() or not context.is_active():
-                    return
-                version, states = self._state.snapshot()
-                if version != seen:
-                    seen = version
-                    yield _list_response(states)
-                    continue
-                self._state.wait_for_change(seen, token)
-        finally:
-            self._slots.release(number)
+            self._state.wake()  # the streams this one replaces see `end` at their next poll
+        return DeviceWatch(self._state, self._stopped, end, lambda: self._slots.release(number))
 
-    def GetPreferredAllocation(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def GetPreferredAllocation(self, request: Any, context: CallContext) -> Any:
         devices = self._state.by_id()
         policy_name = self._settings().allocation_policy
         response = pb.PreferredAllocationResponse()
@@ -134,7 +127,7 @@ class DevicePluginServicer:
             response.container_responses.add(deviceIDs=chosen)
         return response
 
-    def Allocate(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def Allocate(self, request: Any, context: CallContext) -> Any:
         devices = self._state.by_id()
         settings = self._settings()
         response = pb.AllocateResponse()
@@ -149,7 +142,7 @@ class DevicePluginServicer:
                            for c in request.container_requests]
         except policy.AllocationError as exc:
             request_log.warning("allocation refused: %s", exc)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            context.abort(StatusCode.INVALID_ARGUMENT, str(exc))
             raise  # abort raises; this keeps type checkers honest
         for creq, alloc in zip(request.container_requests, allocations, strict=True):
             out = response.container_responses.add()
@@ -170,8 +163,33 @@ class DevicePluginServicer:
             self._on_allocate(ids)
         return response
 
-    def PreStartContainer(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def PreStartContainer(self, request: Any, context: CallContext) -> Any:
         return pb.PreStartContainerResponse()
+
+
+class DeviceWatch:
+    """One ListAndWatch stream, polled by the server loop: the device list whenever it changed,
+    until the plugin stops or a newer kubelet stream replaces this one."""
+
+    def __init__(self, state: DeviceState, stopped: threading.Event, end: threading.Event,
+                 release: Callable[[], None]) -> None:
+        self._state = state
+        self._stopped = stopped
+        self._end = end
+        self._release = release
+        self._seen = -1
+
+    def poll(self) -> tuple[list[Any], bool]:
+        if self._stopped.is_set() or self._end.is_set():
+            return [], True
+        version, states = self._state.snapshot()
+        if version == self._seen:
+            return [], False
+        self._seen = version
+        return [_list_response(states)], False
+
+    def close(self) -> None:
+        self._release()
 
 
 def _list_response(states: list[tuple[str, bool, int | None]]) -> Any:

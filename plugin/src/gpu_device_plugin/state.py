@@ -1,7 +1,8 @@
 """The advertised device set and its health, shared between gRPC threads and monitors.
 
-Writers (discovery, health monitors, config reload) bump a version; ListAndWatch streams
-sleep on a condition until the version moves, so an idle plugin uses no CPU.
+Writers (discovery, health monitors, config reload) bump a version and call the wakers:
+the gRPC server's loop then polls its ListAndWatch streams, which send the new list when
+the version moved. Nothing polls on a timer, so an idle plugin uses no CPU.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ class DeviceState:
         self._by_id: dict[str, AdvertisedDevice] = {}
         self._health: dict[str, Health] = {}
         self._version = 0
-        self._wakes = 0  # bumped by wake(): a waiter leaves even when the devices did not change
         self._listeners: list[Callable[[str, Health], None]] = []
+        self._wakers: list[Callable[[], None]] = []  # the serving gRPC server's wake()
 
     def set_devices(self, devices: Sequence[AdvertisedDevice]) -> None:
         with self._cond:
@@ -56,22 +57,25 @@ class DeviceState:
         with self._cond:
             return self._version, device_states(self._devices, self._health)
 
-    def wake_token(self) -> int:
-        """Take this before checking whether to keep waiting; a wake() after it ends the wait."""
+    def add_waker(self, waker: Callable[[], None]) -> None:
         with self._cond:
-            return self._wakes
+            self._wakers.append(waker)
 
-    def wait_for_change(self, seen_version: int, token: int, timeout: float | None = None) -> bool:
-        """Block until the version differs from `seen_version` or wake() ran since `token` was taken."""
+    def remove_waker(self, waker: Callable[[], None]) -> None:
         with self._cond:
-            return self._cond.wait_for(lambda: self._version != seen_version or self._wakes != token, timeout)
+            if waker in self._wakers:
+                self._wakers.remove(waker)
 
     def wake(self) -> None:
-        """Wake all waiters (a stream whose RPC ended re-checks and leaves)."""
+        """Have the streams look again (one was replaced, or the server stops) without a change."""
         with self._cond:
-            self._wakes += 1
-            self._cond.notify_all()
+            self._notify()
 
     def _bump(self) -> None:
         self._version += 1
+        self._notify()
+
+    def _notify(self) -> None:  # under the lock; a waker only writes a byte to a pipe
         self._cond.notify_all()
+        for waker in self._wakers:
+            waker()

@@ -1,7 +1,8 @@
-"""gRPC wiring for the v1beta1 services without generated stubs.
+"""grpcio wiring for the v1beta1 services without generated stubs, for Python clients and
+test doubles (the tests' kubelet). The plugin itself does not use grpcio: it serves with
+`grpc_server` and calls with `grpc_client`.
 
-grpcio's generic handler and multi-callable APIs are stable from 1.45 to today, so the
-servicer and the clients below are plain Python over them.
+grpcio's generic handler and multi-callable APIs are stable from 1.45 to today.
 """
 
 from __future__ import annotations

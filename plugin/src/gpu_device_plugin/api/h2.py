@@ -1,0 +1,94 @@
+"""HTTP/2 framing (RFC 9113) for gRPC over a local socket: frame layout, settings, errors.
+
+Only what gRPC needs: no push, no priorities (accepted and ignored), no TLS (h2c with
+prior knowledge, as gRPC uses on Unix sockets).
+"""
+
+from __future__ import annotations
+
+import struct
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+
+END_STREAM = 0x1
+ACK = 0x1
+END_HEADERS = 0x4
+PADDED = 0x8
+PRIORITY_FLAG = 0x20
+
+# settings identifiers
+HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE = (
+    1, 2, 3, 4, 5, 6)
+
+# error codes
+NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
+STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 0x5, 0x6, 0x7, 0x8, 0x9
+
+DEFAULT_WINDOW = 65535
+DEFAULT_MAX_FRAME = 16384
+MAX_WINDOW = (1 << 31) - 1
+
+_HEADER = struct.Struct(">HBBBI")  # 24-bit length as 16 + 8 bits, type, flags, stream id
+
+
+class ProtocolError(Exception):
+    """The peer broke HTTP/2: the connection ends with GOAWAY and this error code."""
+
+    def __init__(self, message: str, code: int = PROTOCOL_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    length = len(payload)
+    return _HEADER.pack(length >> 8, length & 0xFF, kind, flags, stream_id & MAX_WINDOW) + payload
+
+
+def parse_header(buffer: bytes | bytearray, pos: int = 0) -> tuple[int, int, int, int]:
+    """(length, type, flags, stream id) of the frame header at `pos` (9 bytes)."""
+    high, low, kind, flags, stream_id = _HEADER.unpack_from(buffer, pos)
+    return (high << 8) | low, kind, flags, stream_id & MAX_WINDOW
+
+
+def settings(values: dict[int, int]) -> bytes:
+    return frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", key, value) for key, value in values.items()))
+
+
+def parse_settings(payload: bytes) -> dict[int, int]:
+    if len(payload) % 6:
+        raise ProtocolError("SETTINGS payload is not a multiple of 6 bytes", FRAME_SIZE_ERROR)
+    return dict(struct.unpack_from(">HI", payload, pos) for pos in range(0, len(payload), 6))
+
+
+def window_update(stream_id: int, increment: int) -> bytes:
+    return frame(WINDOW_UPDATE, 0, stream_id, struct.pack(">I", increment))
+
+
+def rst_stream(stream_id: int, code: int) -> bytes:
+    return frame(RST_STREAM, 0, stream_id, struct.pack(">I", code))
+
+
+def goaway(last_stream_id: int, code: int, debug: bytes = b"") -> bytes:
+    return frame(GOAWAY, 0, 0, struct.pack(">II", last_stream_id, code) + debug)
+
+
+def unpadded(payload: bytes, flags: int) -> bytes:
+    """A DATA or HEADERS payload without its padding."""
+    if not flags & PADDED:
+        return payload
+    if not payload or payload[0] >= len(payload):
+        raise ProtocolError("padding longer than the frame")
+    return payload[1:len(payload) - payload[0]]
+
+
+def u32(payload: bytes) -> int:
+    if len(payload) < 4:
+        raise ProtocolError("frame too short", FRAME_SIZE_ERROR)
+    return struct.unpack_from(">I", payload)[0] & MAX_WINDOW
+
+
+def grpc_message(message: bytes) -> bytes:
+    """gRPC's length-prefixed message: not compressed, 4-byte big-endian length."""
+    return struct.pack(">BI", 0, len(message)) + message

@@ -1,0 +1,46 @@
+"""gRPC status codes (the wire numbers) and the failure a handler or a call raises."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from urllib.parse import quote, unquote
+
+
+class StatusCode(IntEnum):
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+
+
+class RpcFailure(Exception):
+    """A call that ended with a status other than OK."""
+
+    def __init__(self, code: StatusCode, details: str = "") -> None:
+        super().__init__(f"{code.name}: {details}" if details else code.name)
+        self.code = code
+        self.details = details
+
+
+def status_code(value: bytes | str | None) -> StatusCode:
+    """A grpc-status header's value; unknown or missing numbers are UNKNOWN, as gRPC says."""
+    try:
+        return StatusCode(int(value)) if value is not None else StatusCode.UNKNOWN
+    except ValueError:
+        return StatusCode.UNKNOWN
+
+
+# grpc-message is percent-encoded: everything outside printable ASCII, and % itself
+def encode_message(details: str) -> bytes:
+    return quote(details, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode("ascii")
+
+
+def decode_message(value: bytes) -> str:
+    return unquote(value.decode("ascii", "replace"))
