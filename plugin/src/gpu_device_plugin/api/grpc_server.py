@@ -128,6 +128,10 @@ class _Connection:
         self.continuation: tuple[int, int, bytearray] | None = None  # stream, flags, header block so far
         self.going_away = False
         self.closed = False
+        self.write_wanted = False
+        # header block -> (table generation, path, method, error): a client such as grpc-go sends the same
+        # fully indexed block for every call of a method, so decoding and routing it once is enough
+        self._routes: dict[bytes, tuple[int, str, Method | None, tuple[StatusCode, str] | None]] = {}
         self.out += _OUR_SETTINGS
 
     # ------------------------------------------------------------ input
@@ -267,12 +271,20 @@ class _Connection:
             self._header_block(stream_id, first_flags, bytes(block))
 
     def _header_block(self, stream_id: int, flags: int, block: bytes) -> None:
-        headers = self.decoder.decode(block)  # always: the dynamic table must stay in step
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers from the client: the request is complete
+            self.decoder.decode(block)  # always: the dynamic table must stay in step
             if flags & h2.END_STREAM:
                 self._request_complete(stream)
             return
+        generation = self.decoder.generation
+        route = self._routes.get(block)
+        if route is None or route[0] != generation:
+            route = (generation, *self._route(self.decoder.decode(block)))
+            if self.decoder.generation == generation:  # decoding changed no table entry: replayable
+                if len(self._routes) >= 64:
+                    self._routes.clear()
+                self._routes[block] = route
         if stream_id % 2 == 0 or stream_id <= self.last_stream_id:
             if stream_id <= self.last_stream_id and stream_id % 2:
                 return  # a stream we already closed (e.g. after an error answer): drop it
@@ -283,17 +295,21 @@ class _Connection:
             return
         stream = _Stream(stream_id, self.peer_initial_window)
         self.streams[stream_id] = stream
-        fields = dict(headers)
-        stream.path = fields.get(b":path", b"").decode("latin-1")
-        method = self.server.methods.get(stream.path)
-        if fields.get(b":method") != b"POST" or not fields.get(b"content-type", b"").startswith(b"application/grpc"):
-            self._reject(stream, StatusCode.INTERNAL, "not a gRPC request (POST, content-type application/grpc)")
-        elif method is None:
-            self._reject(stream, StatusCode.UNIMPLEMENTED, f"Method not found: {stream.path}")
-        else:
-            stream.method = method
+        _, stream.path, stream.method, error = route
+        if error is not None:
+            self._reject(stream, *error)
         if flags & h2.END_STREAM:
             self._request_complete(stream)
+
+    def _route(self, headers: list[tuple[bytes, bytes]]) -> tuple[str, Method | None, tuple[StatusCode, str] | None]:
+        fields = dict(headers)
+        path = fields.get(b":path", b"").decode("latin-1")
+        method = self.server.methods.get(path)
+        if fields.get(b":method") != b"POST" or not fields.get(b"content-type", b"").startswith(b"application/grpc"):
+            return path, None, (StatusCode.INTERNAL, "not a gRPC request (POST, content-type application/grpc)")
+        if method is None:
+            return path, None, (StatusCode.UNIMPLEMENTED, f"Method not found: {path}")
+        return path, method, None
 
     def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
         self.received += len(payload)
@@ -440,8 +456,9 @@ class _Connection:
                 self.close()
                 return
             del self.out[:sent]
-        if not self.closed:
-            self.server.want_write(self, bool(self.out))
+        if not self.closed and self.write_wanted != bool(self.out):
+            self.write_wanted = bool(self.out)
+            self.server.want_write(self, self.write_wanted)
 
     def close(self) -> None:
         if self.closed:
@@ -568,8 +585,7 @@ class Server:
     def want_write(self, connection: _Connection, wanted: bool) -> None:
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if wanted else 0)
         with contextlib.suppress(KeyError, ValueError):
-            if self._selector.get_key(connection.sock).events != events:
-                self._selector.modify(connection.sock, events, connection)
+            self._selector.modify(connection.sock, events, connection)
 
     def forget(self, connection: _Connection) -> None:
         with contextlib.suppress(KeyError, ValueError):

@@ -170,6 +170,7 @@ class Decoder:
         self.max_header_list = max_header_list
         self._table: list[tuple[bytes, bytes]] = []  # newest first
         self._size = 0
+        self.generation = 0  # moves whenever the dynamic table changes: decoded blocks may be reused until then
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         headers: list[tuple[bytes, bytes]] = []
@@ -191,6 +192,7 @@ class Decoder:
                     if size > self.limit:
                         raise HpackError(f"table size {size} above the {self.limit} allowed")
                     self.max_size = size
+                    self.generation += 1
                     self._evict()
                     continue
                 else:  # literal without indexing (0000) or never indexed (0001)
@@ -247,6 +249,7 @@ class Decoder:
         return self._table[dynamic]
 
     def _add(self, header: tuple[bytes, bytes]) -> None:
+        self.generation += 1
         size = len(header[0]) + len(header[1]) + 32
         if size > self.max_size:  # an entry larger than the table empties it (RFC 7541 4.4)
             self._table.clear()
