@@ -6,7 +6,6 @@ behaviour the kubelet sees is tested with plain values.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -272,6 +271,8 @@ def allocate(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settin
         result.cdi_devices.extend(qualified)
     if "cdi-annotations" in strategies:
         # one key per container: a stable hash of its devices keeps keys unique and repeatable
+        import hashlib  # here: loading OpenSSL costs start-up time and only this option needs it
+
         digest = hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:16]
         result.annotations[f"{settings.cdi_annotation_prefix}gpu-device-plugin_{digest}"] = ",".join(qualified)
     only_cdi = all(s.startswith("cdi-") for s in strategies)

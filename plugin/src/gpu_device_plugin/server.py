@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import stat
 
-from .api import grpc_client, pb
+from .api import grpc_client, wire
 from .api.grpc_server import Method, Server
-from .api.schema import PACKAGE, SERVICES
+from .api.schema import PACKAGE, SERVICES, VERSION
 from .api.status import RpcFailure
 from .servicer import DevicePluginServicer, request_log
 
@@ -22,7 +22,7 @@ def method_path(service: str, method: str) -> str:
 
 def device_plugin_methods(servicer: DevicePluginServicer) -> dict[str, Method]:
     """The DevicePlugin service's paths, each to its request class and servicer method."""
-    return {method_path("DevicePlugin", name): Method(getattr(pb, request), getattr(servicer, name), streaming)
+    return {method_path("DevicePlugin", name): Method(wire.CLASSES[request], getattr(servicer, name), streaming)
             for name, request, _response, streaming in SERVICES["DevicePlugin"]}
 
 
@@ -76,8 +76,8 @@ def remove_socket(path: str) -> None:
 
 def register(kubelet_socket: str, endpoint: str, resource: str, timeout: float = 5.0) -> None:
     """Register with the kubelet, which dials our endpoint back before answering."""
-    options = pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
-    request = pb.RegisterRequest(version=pb.VERSION, endpoint=endpoint, resource_name=resource, options=options)
+    options = wire.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+    request = wire.RegisterRequest(version=VERSION, endpoint=endpoint, resource_name=resource, options=options)
     try:
         grpc_client.call(kubelet_socket, method_path("Registration", "Register"), request.SerializeToString(),
                          timeout)

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from . import policy, toolkit_cdi
-from .api import pb
+from .api import wire
 from .api.grpc_server import CallContext
+from .api.schema import HEALTHY, UNHEALTHY
 from .api.status import StatusCode
 from .hostpath import host_path_exists
 from .logs import REQUESTS
@@ -100,7 +101,7 @@ class DevicePluginServicer:
         self._state.wake()
 
     def GetDevicePluginOptions(self, request: Any, context: CallContext) -> Any:
-        return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+        return _OPTIONS
 
     def ListAndWatch(self, request: Any, context: CallContext) -> DeviceWatch:
         slot = self._slots.admit()
@@ -118,19 +119,14 @@ class DevicePluginServicer:
     def GetPreferredAllocation(self, request: Any, context: CallContext) -> Any:
         devices = self._state.by_id()
         policy_name = self._settings().allocation_policy
-        response = pb.PreferredAllocationResponse()
-        for creq in request.container_requests:
-            chosen = policy.preferred_allocation(
-                list(creq.available_deviceIDs), list(creq.must_include_deviceIDs),
-                creq.allocation_size, devices, policy_name,
-            )
-            response.container_responses.add(deviceIDs=chosen)
-        return response
+        return wire.PreferredAllocationResponse(container_responses=[
+            wire.ContainerPreferredAllocationResponse(deviceIDs=policy.preferred_allocation(
+                creq.available_deviceIDs, creq.must_include_deviceIDs, creq.allocation_size, devices, policy_name))
+            for creq in request.container_requests])
 
     def Allocate(self, request: Any, context: CallContext) -> Any:
         devices = self._state.by_id()
         settings = self._settings()
-        response = pb.AllocateResponse()
         root = settings.host_root
 
         def node_exists(node: str) -> bool:
@@ -138,23 +134,21 @@ class DevicePluginServicer:
 
         toolkit_name = toolkit_cdi.namer(settings)  # None unless a cdi-* strategy is on
         try:
-            allocations = [policy.allocate(list(c.devices_ids), devices, settings, node_exists, toolkit_name)
+            allocations = [policy.allocate(c.devices_ids, devices, settings, node_exists, toolkit_name)
                            for c in request.container_requests]
         except policy.AllocationError as exc:
             request_log.warning("allocation refused: %s", exc)
             context.abort(StatusCode.INVALID_ARGUMENT, str(exc))
             raise  # abort raises; this keeps type checkers honest
+        response = wire.AllocateResponse()
         for creq, alloc in zip(request.container_requests, allocations, strict=True):
-            out = response.container_responses.add()
-            out.envs.update(alloc.envs)
-            out.annotations.update(alloc.annotations)
-            for container_path, host_path, read_only in alloc.mounts:
-                out.mounts.add(container_path=container_path, host_path=host_path, read_only=read_only)
-            for container_path, host_path, permissions in alloc.device_specs:
-                out.devices.add(container_path=container_path, host_path=host_path, permissions=permissions)
-            for name in alloc.cdi_devices:
-                out.cdi_devices.add(name=name)
-            ids = list(creq.devices_ids)
+            response.container_responses.append(wire.ContainerAllocateResponse(
+                envs=dict(alloc.envs), annotations=dict(alloc.annotations),
+                mounts=[wire.Mount(container_path=c, host_path=h, read_only=r) for c, h, r in alloc.mounts],
+                devices=[wire.DeviceSpec(container_path=c, host_path=h, permissions=p)
+                         for c, h, p in alloc.device_specs],
+                cdi_devices=[wire.CDIDevice(name=name) for name in alloc.cdi_devices]))
+            ids = creq.devices_ids
             # debug, not info: a line per admission was ~15 % of an Allocate round trip (more through
             # journald); /metrics counts allocations and the kubelet's checkpoint records them
             if log.isEnabledFor(logging.DEBUG):
@@ -164,7 +158,7 @@ class DevicePluginServicer:
         return response
 
     def PreStartContainer(self, request: Any, context: CallContext) -> Any:
-        return pb.PreStartContainerResponse()
+        return wire.PreStartContainerResponse()
 
 
 class DeviceWatch:
@@ -192,10 +186,12 @@ class DeviceWatch:
         self._release()
 
 
+_OPTIONS = wire.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+
 def _list_response(states: list[tuple[str, bool, int | None]]) -> Any:
-    response = pb.ListAndWatchResponse()
-    for device_id, healthy, numa in states:
-        device = response.devices.add(ID=device_id, health=pb.HEALTHY if healthy else pb.UNHEALTHY)
-        if numa is not None and numa >= 0:
-            device.topology.nodes.add(ID=numa)
-    return response
+    return wire.ListAndWatchResponse(devices=[
+        wire.Device(ID=device_id, health=HEALTHY if healthy else UNHEALTHY,
+                    topology=wire.TopologyInfo(nodes=[wire.NUMANode(ID=numa)]) if numa is not None and numa >= 0
+                    else None)
+        for device_id, healthy, numa in states])

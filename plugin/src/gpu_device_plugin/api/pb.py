@@ -1,8 +1,12 @@
-"""Message classes of the v1beta1 API, importable by name (`from ..api.pb import Device`)."""
+"""Message classes of the v1beta1 API as protobuf classes, for Python clients such as the
+tests' kubelet double (`from gpu_device_plugin.api.pb import Device`). The plugin itself
+uses `wire`, which reads and writes the same bytes without the protobuf runtime."""
 
 from __future__ import annotations
 
-from .schema import CLASSES
+from .schema import DEVICE_PLUGIN_PATH, HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION, protobuf_classes
+
+CLASSES = protobuf_classes()
 
 DevicePluginOptions = CLASSES["DevicePluginOptions"]
 RegisterRequest = CLASSES["RegisterRequest"]
@@ -25,9 +29,4 @@ ContainerAllocateResponse = CLASSES["ContainerAllocateResponse"]
 Mount = CLASSES["Mount"]
 DeviceSpec = CLASSES["DeviceSpec"]
 
-# Constants of the kubelet's v1beta1 contract.
-VERSION = "v1beta1"
-HEALTHY = "Healthy"
-UNHEALTHY = "Unhealthy"
-DEVICE_PLUGIN_PATH = "/var/lib/kubelet/device-plugins/"
-KUBELET_SOCKET = DEVICE_PLUGIN_PATH + "kubelet.sock"
+__all__ = ["DEVICE_PLUGIN_PATH", "HEALTHY", "KUBELET_SOCKET", "UNHEALTHY", "VERSION", *CLASSES]

@@ -1,23 +1,30 @@
-"""The v1beta1 messages, built at import time from a declaration in plain Python.
+"""The v1beta1 messages and services, declared in plain Python.
 
-Why not protoc output: generated `_pb2` modules are tied to the protobuf runtime that
-generated them (3.20-era code breaks on newer runtimes and the reverse), and our images
-carry protobuf 3.20 (kirkstone) up to 6.x/7.x. A FileDescriptorProto assembled here
-works on all of them; `tests/plugin/test_api_schema.py` proves it matches `deviceplugin.proto`.
+The plugin reads and writes them with `wire` (no protobuf runtime). For Python clients
+(`pb`, the tests) protobuf classes are built from the same declaration at import. Why not
+protoc output: generated `_pb2` modules are tied to the protobuf runtime that generated
+them (3.20-era code breaks on newer runtimes and the reverse), and our images carry
+protobuf 3.20 (kirkstone) up to 6.x/7.x. `tests/plugin/test_api_schema.py` proves the
+declaration matches `deviceplugin.proto`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
 PACKAGE = "v1beta1"
 FILE_NAME = "gpu_device_plugin/deviceplugin_v1beta1.proto"
 
-_F = descriptor_pb2.FieldDescriptorProto
-STRING, BOOL, INT32, INT64, MESSAGE = _F.TYPE_STRING, _F.TYPE_BOOL, _F.TYPE_INT32, _F.TYPE_INT64, _F.TYPE_MESSAGE
-OPTIONAL, REPEATED = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
+# FieldDescriptorProto's type and label numbers (descriptor.proto), without importing protobuf
+STRING, BOOL, INT32, INT64, MESSAGE = 9, 8, 5, 3, 11
+OPTIONAL, REPEATED = 1, 3
+
+# Constants of the kubelet's v1beta1 contract.
+VERSION = "v1beta1"
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+DEVICE_PLUGIN_PATH = "/var/lib/kubelet/device-plugins/"
+KUBELET_SOCKET = DEVICE_PLUGIN_PATH + "kubelet.sock"
 
 # (field name, number, type, label, message type name or "" ); "map" marks map<string,string>.
 MESSAGES: dict[str, list[tuple[str, int, Any, Any, str]]] = {
@@ -95,8 +102,10 @@ def _map_entry_name(field_name: str) -> str:
     return "".join(part.capitalize() for part in field_name.split("_")) + "Entry"
 
 
-def file_descriptor_proto() -> descriptor_pb2.FileDescriptorProto:
+def file_descriptor_proto() -> Any:
     """The whole API as a FileDescriptorProto (what protoc would produce)."""
+    from google.protobuf import descriptor_pb2
+
     fdp = descriptor_pb2.FileDescriptorProto(name=FILE_NAME, package=PACKAGE, syntax="proto3")
     fdp.options.go_package = "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
     for msg_name, fields in MESSAGES.items():
@@ -120,17 +129,13 @@ def file_descriptor_proto() -> descriptor_pb2.FileDescriptorProto:
     return fdp
 
 
-def _message_class(descriptor: Any) -> type:
-    get_class = getattr(message_factory, "GetMessageClass", None)
-    if get_class is not None:  # protobuf >= 4.22
-        return get_class(descriptor)
-    return message_factory.MessageFactory().GetPrototype(descriptor)  # protobuf 3.20
+def protobuf_classes() -> dict[str, type]:
+    """The messages as protobuf classes (protobuf 3.20 to 7.x)."""
+    from google.protobuf import descriptor_pool, message_factory
 
-
-def _build() -> dict[str, type]:
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(file_descriptor_proto().SerializeToString())
-    return {name: _message_class(pool.FindMessageTypeByName(f"{PACKAGE}.{name}")) for name in MESSAGES}
-
-
-CLASSES = _build()
+    get_class = getattr(message_factory, "GetMessageClass", None)  # protobuf >= 4.22
+    factory = None if get_class is not None else message_factory.MessageFactory()  # protobuf 3.20
+    return {name: (get_class or factory.GetPrototype)(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+            for name in MESSAGES}
