@@ -59,6 +59,7 @@ class Sample:
     pss_mib: float
     idle_cpu_pct: float
     load: float
+    libraries: str = ""  # notable native libraries mapped (grpcio, protobuf, PyYAML's C part)
 
 
 # ------------------------------------------------------------------ figures (no processes)
@@ -199,6 +200,15 @@ def memory_mib(pid: int) -> tuple[float, float]:
     return fields["Rss"] / 1024, fields["Pss"] / 1024
 
 
+NOTABLE = {"cygrpc": "grpcio", "_message.": "protobuf", "_upb": "protobuf", "_yaml": "PyYAML-C"}
+
+
+def loaded_libraries(pid: int) -> str:
+    """Which of grpcio/protobuf/PyYAML's native parts the process has mapped: says what it really runs on."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return ",".join(sorted({name for marker, name in NOTABLE.items() if marker in maps})) or "none"
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -222,10 +232,11 @@ def measure(target: Target, client_binary: Path, args: argparse.Namespace) -> Sa
         p50, p99 = admission_figures(event)
         time.sleep(args.settle_seconds)  # let the admissions' garbage settle before reading memory
         rss, pss = memory_mib(proc.pid)
+        libraries = loaded_libraries(proc.pid)
         cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
         time.sleep(args.idle_seconds)
         idle = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0) * 100
-        return Sample(target.name, start_ms, p50, p99, rss, pss, idle, os.getloadavg()[0])
+        return Sample(target.name, start_ms, p50, p99, rss, pss, idle, os.getloadavg()[0], libraries)
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -282,11 +293,17 @@ def compile_plugin(python: str) -> None:
 
 
 def python_stack(python: str) -> str:
-    code = ("import sys, grpc, google.protobuf as p; "
-            "print(f'Python {sys.version.split()[0]}, grpcio {grpc.__version__}, protobuf {p.__version__}')")
+    """The interpreter and the libraries installed beside it (whether the plugin loads them is
+    what each round's "native libraries loaded" says)."""
+    code = ("import sys, importlib.metadata as m\n"
+            "def v(name):\n"
+            "    try:\n        return m.version(name)\n"
+            "    except m.PackageNotFoundError:\n        return 'absent'\n"
+            "print(f'Python {sys.version.split()[0]} (installed: grpcio {v(\"grpcio\")}, protobuf {v(\"protobuf\")}, '"
+            " f'PyYAML {v(\"PyYAML\")})')")
     done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise BenchError(f"{python} cannot import grpc/protobuf: run it from a plugin venv (.venvs/plugin-*)")
+        raise BenchError(f"{python} does not run: {done.stderr.strip()[-200:]}")
     return done.stdout.strip()
 
 
@@ -328,7 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 samples.append(sample)
                 print(f"round {round_number} {target.name}: start {sample.start_ms:.0f} ms, admission p50 "
                       f"{sample.p50_us:.0f} us p99 {sample.p99_us:.0f} us, RSS {sample.rss_mib:.1f} MiB "
-                      f"(PSS {sample.pss_mib:.1f}), idle CPU {sample.idle_cpu_pct:.3f} %, load {sample.load:.2f}",
+                      f"(PSS {sample.pss_mib:.1f}), idle CPU {sample.idle_cpu_pct:.3f} %, load {sample.load:.2f}, "
+                      f"native libraries loaded: {sample.libraries}",
                       flush=True)
     except BenchError as failure:
         print(f"error: {failure}", file=sys.stderr)

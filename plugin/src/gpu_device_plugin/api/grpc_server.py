@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import selectors
+import select
 import socket
 import struct
 import threading
@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE = 4 * 1024 * 1024  # gRPC's default receive limit
 MAX_STREAMS_PER_CONNECTION = 100
 RECEIVE_WINDOW = 16 * 1024 * 1024  # connection and stream; replenished per connection
-_READ_SIZE = 256 * 1024
+_READ_SIZE = 64 * 1024
+_READ, _WRITE = select.EPOLLIN, select.EPOLLOUT
 
 _OUR_SETTINGS = h2.settings({
     h2.MAX_CONCURRENT_STREAMS: MAX_STREAMS_PER_CONNECTION,
@@ -479,8 +480,8 @@ class Server:
         self.methods = dict(methods)
         self.request_log = request_log or log
         self.watching: set[tuple[_Connection, _Stream]] = set()
-        self._selector = selectors.DefaultSelector()
-        self._connections: dict[int, _Connection] = {}
+        self._epoll = select.epoll()
+        self._connections: dict[int, _Connection] = {}  # by file descriptor
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._wake_lock = threading.Lock()
@@ -502,8 +503,8 @@ class Server:
 
     def start(self) -> None:
         assert self._listener is not None, "bind() first"
-        self._selector.register(self._listener, selectors.EVENT_READ, None)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._epoll.register(self._listener.fileno(), _READ)
+        self._epoll.register(self._wake_r, _READ)
         self._thread = threading.Thread(target=self._run, name="grpc-server", daemon=True)
         self._thread.start()
 
@@ -526,20 +527,22 @@ class Server:
     # ------------------------------------------------------------ loop (server thread only)
 
     def _run(self) -> None:
+        assert self._listener is not None
+        listener, wake, connections = self._listener.fileno(), self._wake_r, self._connections
         try:
             while not self._stopping:
-                for key, mask in self._selector.select():
-                    data = key.data
-                    if data is None:
-                        self._accept()
-                    elif data == "wake":
+                for fd, mask in self._epoll.poll():
+                    connection = connections.get(fd)
+                    if connection is not None:
+                        if mask & ~_WRITE:  # readable, or hung up / failed: recv() tells which
+                            connection.on_readable()
+                        if mask & _WRITE and not connection.closed:
+                            connection.flush()
+                    elif fd == wake:
                         self._drain_wake()
                         self._woken = True
-                    else:
-                        if mask & selectors.EVENT_READ:
-                            data.on_readable()
-                        if mask & selectors.EVENT_WRITE and not data.closed:
-                            data.flush()
+                    elif fd == listener:
+                        self._accept()
                 if self._woken:
                     self._woken = False
                     for connection, stream in list(self.watching):
@@ -579,18 +582,18 @@ class Server:
             sock.setblocking(False)
             connection = _Connection(self, sock)
             self._connections[sock.fileno()] = connection
-            self._selector.register(sock, selectors.EVENT_READ, connection)
+            self._epoll.register(sock.fileno(), _READ)
             connection.flush()
 
     def want_write(self, connection: _Connection, wanted: bool) -> None:
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if wanted else 0)
-        with contextlib.suppress(KeyError, ValueError):
-            self._selector.modify(connection.sock, events, connection)
+        with contextlib.suppress(OSError, ValueError):
+            self._epoll.modify(connection.sock.fileno(), _READ | (_WRITE if wanted else 0))
 
     def forget(self, connection: _Connection) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self._selector.unregister(connection.sock)
-        self._connections.pop(connection.sock.fileno(), None)
+        fd = connection.sock.fileno()
+        with contextlib.suppress(OSError, ValueError):
+            self._epoll.unregister(fd)
+        self._connections.pop(fd, None)
 
     def _drain_wake(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -608,11 +611,9 @@ class Server:
             connection.close()
         self.watching.clear()
         if self._listener is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                self._selector.unregister(self._listener)
             self._listener.close()
             self._listener = None
-        self._selector.close()
+        self._epoll.close()
         with self._wake_lock:
             for fd in (self._wake_r, self._wake_w):
                 with contextlib.suppress(OSError):
