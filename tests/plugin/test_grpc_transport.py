@@ -318,7 +318,7 @@ def test_the_client_talks_to_a_grpcio_server(socket_dir: str) -> None:
 
     def handler(request: bytes, context: grpc.ServicerContext) -> bytes:
         if request == b"no":
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not now")
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not now – später, 100%")
         return request[::-1]
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
@@ -330,6 +330,7 @@ def test_the_client_talks_to_a_grpcio_server(socket_dir: str) -> None:
         assert grpc_client.call(f"{socket_dir}/g.sock", "/t.T/Echo", b"abc", 5) == b"cba"
         with pytest.raises(RpcFailure) as refused:
             grpc_client.call(f"{socket_dir}/g.sock", "/t.T/Echo", b"no", 5)
-        assert (refused.value.code, refused.value.details) == (StatusCode.FAILED_PRECONDITION, "not now")
+        assert (refused.value.code, refused.value.details) == (StatusCode.FAILED_PRECONDITION,
+                                                               "not now – später, 100%")
     finally:
         server.stop(None)

@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from . import __version__, dir_events, inotify, policy, readiness, sdnotify, signals
 from .backoff import Backoff
@@ -25,9 +26,7 @@ from .cdi_lifecycle import CdiSpecKeeper
 from .health.base import HealthMonitor
 from .kubelet_identity import Identity, identity
 from .model import Gpu, Health
-from .observability import Status, StatusServer
 from .readiness import Readiness
-from .reload_policy import plan
 from .server import PluginServer, RegistrationError, register
 from .servicer import DevicePluginServicer
 from .settings import ConfigError, Settings
@@ -35,6 +34,9 @@ from .socket_check import socket_path_problem
 from .state import DeviceState
 from .stats import Stats
 from .watchdog import SelfProbe
+
+if TYPE_CHECKING:
+    from .observability import Status
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +139,8 @@ class Daemon:
         status_server = None
         try:
             if self.settings.metrics_address:
+                from .observability import StatusServer  # only with --metrics-address: start-up time
+
                 status_server = StatusServer(self.settings.metrics_address, self.status)
                 try:
                     status_server.start()
@@ -358,6 +362,8 @@ class Daemon:
         self.stats.add("allocations")
 
     def status(self) -> Status:
+        from .observability import Status
+
         states = self.state.snapshot()[1]
         server = self.server  # _serve may swap it from the main loop while /healthz reads
         healthy = sum(1 for _, ok, _ in states if ok)
@@ -394,6 +400,8 @@ class Daemon:
         except Exception as exc:
             self._reject(exc if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}")
             return
+        from .reload_policy import plan  # only on a reload: start-up time
+
         decided = plan(self.settings, new, self.gpus[0].backend if self.gpus else None)
         if decided.rejection:
             self._reject(decided.rejection)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
-from urllib.parse import quote, unquote
 
 
 class StatusCode(IntEnum):
@@ -37,10 +37,14 @@ def status_code(value: bytes | str | None) -> StatusCode:
         return StatusCode.UNKNOWN
 
 
-# grpc-message is percent-encoded: everything outside printable ASCII, and % itself
+# grpc-message is percent-encoded UTF-8: every byte outside printable ASCII, and % itself
 def encode_message(details: str) -> bytes:
-    return quote(details, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode("ascii")
+    return b"".join(b"%%%02X" % byte if byte < 0x20 or byte > 0x7E or byte == 0x25 else bytes((byte,))
+                    for byte in details.encode())
+
+
+_ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})")
 
 
 def decode_message(value: bytes) -> str:
-    return unquote(value.decode("ascii", "replace"))
+    return _ESCAPE.sub(lambda m: bytes((int(m.group(1), 16),)), value).decode("utf-8", "replace")
