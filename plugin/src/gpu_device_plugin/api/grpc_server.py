@@ -369,12 +369,30 @@ class _Connection:
             self._reject(stream, StatusCode.UNKNOWN, f"Exception calling application: {exc}")
             return
         if not method.streaming:
-            self._send_message(stream, result)
-            self._finish(stream, _OK_TRAILERS)
+            self._answer(stream, result.SerializeToString())
             return
         stream.watch = result
         self.server.watching.add((self, stream))
         self.server.poll_watch(self, stream)
+
+    def _answer(self, stream: _Stream, message: bytes) -> None:
+        """A unary call's answer: headers, message and trailers in one write when the windows allow
+        (they nearly always do), else through the flow-controlled path."""
+        length = len(message) + 5
+        if length <= self.send_window and length <= stream.send_window and length <= self.peer_max_frame:
+            sid = stream.id
+            self.out += b"".join((
+                h2.frame(h2.HEADERS, h2.END_HEADERS, sid, _RESPONSE_HEADERS),
+                h2.frame(h2.DATA, 0, sid, struct.pack(">BI", 0, len(message)) + message),
+                h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, sid, _OK_TRAILERS)))
+            self.send_window -= length
+            del self.streams[sid]  # the request ended before we answered: nothing more on this stream
+            return
+        if not stream.headers_sent:
+            self.out += h2.frame(h2.HEADERS, h2.END_HEADERS, stream.id, _RESPONSE_HEADERS)
+            stream.headers_sent = True
+        stream.pending += h2.grpc_message(message)
+        self._finish(stream, _OK_TRAILERS)
 
     def send_watch_messages(self, stream: _Stream, messages: list[Any], done: bool) -> None:
         for message in messages:

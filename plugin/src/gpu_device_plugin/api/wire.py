@@ -47,12 +47,16 @@ def _kind(ftype: Any, type_name: str) -> int:
     return {STRING: _STR, BOOL: _BOOL, INT32: _I32, INT64: _I64}[ftype]
 
 
+_UNSET = object()
+_SCALAR_DEFAULTS = {_STR: "", _BOOL: False, _I32: 0, _I64: 0, _MSG: None}
+
+
 def _default(field: _Field) -> Any:
     if field.kind == _MAP:
         return {}
     if field.repeated:
         return []
-    return {_STR: "", _BOOL: False, _I32: 0, _I64: 0, _MSG: None}[field.kind]
+    return _SCALAR_DEFAULTS[field.kind]
 
 
 class Message:
@@ -64,7 +68,8 @@ class Message:
 
     def __init__(self, **values: Any) -> None:
         for field in self._fields:
-            setattr(self, field.name, values.pop(field.name) if field.name in values else _default(field))
+            value = values.pop(field.name, _UNSET)
+            setattr(self, field.name, _default(field) if value is _UNSET else value)
         if values:
             raise TypeError(f"{type(self).__name__} has no field {', '.join(values)}")
 
