@@ -51,12 +51,13 @@ _UNSET = object()
 _SCALAR_DEFAULTS = {_STR: "", _BOOL: False, _I32: 0, _I64: 0, _MSG: None}
 
 
-def _default(field: _Field) -> Any:
+def _default(field: _Field) -> tuple[Any, Any]:
+    """(value, factory): repeated fields and maps get a new container per message."""
     if field.kind == _MAP:
-        return {}
+        return None, dict
     if field.repeated:
-        return []
-    return _SCALAR_DEFAULTS[field.kind]
+        return None, list
+    return _SCALAR_DEFAULTS[field.kind], None
 
 
 class Message:
@@ -65,13 +66,15 @@ class Message:
     __slots__ = ()
     _fields: tuple[_Field, ...] = ()
     _by_number: dict[int, _Field] = {}
+    _names: frozenset[str] = frozenset()
+    _defaults: tuple[tuple[str, Any, Any], ...] = ()
 
     def __init__(self, **values: Any) -> None:
-        for field in self._fields:
-            value = values.pop(field.name, _UNSET)
-            setattr(self, field.name, _default(field) if value is _UNSET else value)
-        if values:
-            raise TypeError(f"{type(self).__name__} has no field {', '.join(values)}")
+        if values and not values.keys() <= self._names:
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(values.keys() - self._names)}")
+        for name, default, factory in self._defaults:  # factory: a fresh list or dict per message
+            value = values.get(name, _UNSET)
+            setattr(self, name, value if value is not _UNSET else factory() if factory else default)
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and all(
@@ -215,6 +218,8 @@ def _make(name: str, fields: list[_Field]) -> type[Message]:
     cls = type(name, (Message,), {"__slots__": tuple(f.name for f in fields), "__module__": __name__})
     cls._fields = tuple(fields)
     cls._by_number = {f.number: f for f in fields}
+    cls._names = frozenset(f.name for f in fields)
+    cls._defaults = tuple((f.name, *_default(f)) for f in fields)
     return cls
 
 
