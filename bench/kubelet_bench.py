@@ -16,6 +16,7 @@ Our plugin runs on the interpreter running this script (or --python). Standard l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
@@ -53,6 +54,7 @@ class Sample:
 
     target: str
     start_ms: float
+    start_cpu_ms: float  # CPU the process used up to just after registering: what load cannot inflate
     p50_us: float
     p99_us: float
     rss_mib: float
@@ -100,6 +102,7 @@ def admission_figures(event: dict) -> tuple[float, float]:
 
 FIGURES = (  # attribute, heading, format; lower is better for all of them
     ("start_ms", "start->registered ms", "{:.0f}"),
+    ("start_cpu_ms", "start CPU ms", "{:.0f}"),
     ("p50_us", "admission p50 us", "{:.0f}"),
     ("p99_us", "admission p99 us", "{:.0f}"),
     ("rss_mib", "RSS MiB", "{:.1f}"),
@@ -209,6 +212,15 @@ def loaded_libraries(pid: int) -> str:
     return ",".join(sorted({name for marker, name in NOTABLE.items() if marker in maps})) or "none"
 
 
+def cpu_ms_precise(pid: int) -> float:
+    """CPU time of every thread of a process so far, in ms (schedstat counts nanoseconds)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):  # a thread that just ended
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e6
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -227,6 +239,7 @@ def measure(target: Target, client_binary: Path, args: argparse.Namespace) -> Sa
         proc = subprocess.Popen(argv, env={**os.environ, **target.env}, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         registered = client.wait("registered", 30)
+        start_cpu_ms = cpu_ms_precise(proc.pid)
         start_ms = (registered["unix_ns"] - started) / 1e6
         event = client.admit(args.warmup, args.admissions)
         p50, p99 = admission_figures(event)
@@ -236,7 +249,7 @@ def measure(target: Target, client_binary: Path, args: argparse.Namespace) -> Sa
         cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
         time.sleep(args.idle_seconds)
         idle = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0) * 100
-        return Sample(target.name, start_ms, p50, p99, rss, pss, idle, os.getloadavg()[0], libraries)
+        return Sample(target.name, start_ms, start_cpu_ms, p50, p99, rss, pss, idle, os.getloadavg()[0], libraries)
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -343,7 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for target in chosen:
                 sample = measure(target, client, args)
                 samples.append(sample)
-                print(f"round {round_number} {target.name}: start {sample.start_ms:.0f} ms, admission p50 "
+                print(f"round {round_number} {target.name}: start {sample.start_ms:.0f} ms "
+                      f"({sample.start_cpu_ms:.0f} ms CPU), admission p50 "
                       f"{sample.p50_us:.0f} us p99 {sample.p99_us:.0f} us, RSS {sample.rss_mib:.1f} MiB "
                       f"(PSS {sample.pss_mib:.1f}), idle CPU {sample.idle_cpu_pct:.3f} %, load {sample.load:.2f}, "
                       f"native libraries loaded: {sample.libraries}",
