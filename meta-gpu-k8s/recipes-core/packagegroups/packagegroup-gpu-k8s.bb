@@ -2,14 +2,15 @@ SUMMARY = "GPU Kubernetes node: docker, k3s, NVIDIA runtime and the GPU device p
 DESCRIPTION = "Everything a meta-gpu-k8s node runs: docker with its daemon.json, k3s in the \
 role GPU_K8S_K3S_ROLE selects (server or agent) with its config, the GPU device plugin, the \
 netfilter modules k3s loads; on Jetson the NVIDIA container runtime and the CUDA userspace \
-GPU_K8S_CUDA selects; on QEMU the preloaded smoke/pause images."
+GPU_K8S_CUDA selects; on x86-64 the NVIDIA driver, container toolkit and CDI spec unit \
+(GPU_K8S_NVIDIA); on QEMU the preloaded smoke/pause images."
 HOMEPAGE = "https://github.com/meta-gpu-k8s/meta-gpu-k8s"
 LICENSE = "MIT"
 
 # Contents differ per machine (:tegra, :qemuall), so not allarch.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 
-inherit packagegroup gpu_k8s_role
+inherit packagegroup gpu_k8s_role gpu_k8s_nvidia
 
 GPU_K8S_K3S_PACKAGE = "${@'k3s-agent' if d.getVar('GPU_K8S_K3S_ROLE') == 'agent' else 'k3s-server'}"
 
@@ -30,6 +31,20 @@ RDEPENDS:${PN}:append:tegra = " \
     ${GPU_K8S_CUDA_PACKAGES} \
 "
 RDEPENDS:${PN}:append:qemuall = " gpu-k8s-preload-images"
+
+# x86-64 discrete GPUs (classes/gpu_k8s_nvidia.bbclass): nvidia.ko and the same-version CUDA
+# driver and NVML, the toolkit whose runtime adds them to containers, the unit that writes
+# the CDI spec at boot, and pynvml for the plugin's NVML discovery.
+GPU_K8S_NVIDIA_PACKAGES = " \
+    gpu-k8s-nvidia-cdi \
+    nvidia-container-toolkit \
+    nvidia-driver-libcuda \
+    nvidia-driver-libnvidia-ml \
+    nvidia-driver-tools \
+    nvidia-open-gpu-kernel-modules \
+    python3-nvidia-ml-py \
+"
+RDEPENDS:${PN}:append = " ${@d.getVar('GPU_K8S_NVIDIA_PACKAGES') if d.getVar('GPU_K8S_NVIDIA') == '1' else ''}"
 
 # A/B updates (classes/gpu_k8s_mender.bbclass): node state on the data partition, the
 # update agent (health gate, upgrade command), the hardware watchdog, the images rollout
@@ -87,10 +102,15 @@ def gpu_k8s_cuda_packages(d):
 
 GPU_K8S_CUDA_PACKAGES = "${@gpu_k8s_cuda_packages(d)}"
 
-# nooelint: oelint.task.noanonpython - a wrong level must stop the parse, not build an image without CUDA
+# nooelint: oelint.task.noanonpython - a wrong level or an NVIDIA stack that cannot be built must stop the parse
 python () {
     chosen = d.getVar('GPU_K8S_CUDA')
     levels = [name for name, _ in gpu_k8s_cuda_levels()]
     if chosen not in levels:
         bb.fatal('GPU_K8S_CUDA must be one of %s, got "%s" (set it in local.conf)' % (', '.join(levels), chosen))
+    # Here, not in nvidia-driver: a recipe skipped for its LICENSE_FLAGS only surfaces later,
+    # as a chain of "Nothing RPROVIDES" errors that do not name the fix.
+    problem = gpu_k8s_nvidia_problem(d)
+    if problem:
+        bb.fatal(problem)
 }

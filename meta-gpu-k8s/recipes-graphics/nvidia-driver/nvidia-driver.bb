@@ -1,0 +1,110 @@
+SUMMARY = "NVIDIA driver userspace for x86-64 discrete GPUs: CUDA driver, NVML, GSP firmware, tools"
+DESCRIPTION = "The compute part of NVIDIA's driver, taken unmodified from NVIDIA's .run \
+installer of exactly the version of nvidia-open-gpu-kernel-modules: libcuda with its PTX JIT \
+and NVVM libraries, libnvidia-ml (NVML), the GSP firmware the open kernel modules load, \
+nvidia-smi, nvidia-persistenced and nvidia-modprobe. No OpenGL/Vulkan/X libraries: the node \
+is headless and they would clash with mesa. The licence is NVIDIA's, not open: building needs \
+LICENSE_FLAGS_ACCEPTED += \"nvidia-driver\" (docs/layer.md)."
+HOMEPAGE = "https://www.nvidia.com/en-us/drivers/unix/"
+LICENSE = "NVIDIA-Proprietary"
+# The licence text shipped in the .run ("NVIDIA Driver License Agreement", v. February 25 2025).
+LIC_FILES_CHKSUM = "file://LICENSE;md5=92aa2e2af6aa0bcba1c3fe49da021937"
+# Not an SPDX licence: the text comes from the package itself.
+NO_GENERIC_LICENSE[NVIDIA-Proprietary] = "LICENSE"
+# Redistribution is allowed only unmodified, under NVIDIA's terms: the builder accepts them.
+LICENSE_FLAGS = "nvidia-driver"
+
+require nvidia-driver-version.inc
+
+PV = "${NVIDIA_DRIVER_VERSION}"
+
+NVIDIA_RUN = "NVIDIA-Linux-x86_64-${PV}.run"
+# The installer is a self-extracting shell archive: fetched as is (unpack=0) and extracted below.
+SRC_URI = "https://download.nvidia.com/XFree86/Linux-x86_64/${PV}/${NVIDIA_RUN};unpack=0"
+SRC_URI[sha256sum] = "${NVIDIA_DRIVER_RUN_SHA256}"
+
+S = "${UNPACKDIR}/NVIDIA-Linux-x86_64-${PV}"
+
+COMPATIBLE_HOST = "x86_64.*-linux"
+COMPATIBLE_HOST:libc-musl = "null"
+
+# --extract-only unpacks the payload; nothing of the installer runs.
+nvidia_driver_extract() {
+    rm -rf ${S}
+    sh ${DL_DIR}/${NVIDIA_RUN} --extract-only --target ${S}
+}
+do_unpack[postfuncs] += "nvidia_driver_extract"
+do_unpack[cleandirs] += "${S}"
+
+do_configure[noexec] = "1"
+do_compile[noexec] = "1"
+
+# library -> SONAME programs and the container toolkit load (libcuda.so.1, libnvidia-ml.so.1).
+NVIDIA_LIBRARIES = " \
+    libcuda:libcuda.so.1 \
+    libnvidia-ml:libnvidia-ml.so.1 \
+    libnvidia-ptxjitcompiler:libnvidia-ptxjitcompiler.so.1 \
+    libnvidia-nvvm:libnvidia-nvvm.so.4 \
+    libnvidia-gpucomp: \
+"
+NVIDIA_TOOLS = "nvidia-smi nvidia-persistenced nvidia-debugdump nvidia-cuda-mps-control nvidia-cuda-mps-server"
+
+do_install() {
+    install -d ${D}${libdir} ${D}${bindir}
+    for entry in ${NVIDIA_LIBRARIES}; do
+        name=${entry%%:*}
+        soname=${entry#*:}
+        install -m 0755 ${S}/$name.so.${PV} ${D}${libdir}/
+        if [ -n "$soname" ]; then
+            ln -sf $name.so.${PV} ${D}${libdir}/$soname
+        fi
+    done
+    # Programs that dlopen the driver by its bare name (libcuda.so) find it too.
+    ln -sf libcuda.so.1 ${D}${libdir}/libcuda.so
+    ln -sf libnvidia-ml.so.1 ${D}${libdir}/libnvidia-ml.so
+
+    for tool in ${NVIDIA_TOOLS}; do
+        install -m 0755 ${S}/$tool ${D}${bindir}/
+    done
+    # setuid root: libcuda runs it to create /dev/nvidia* nodes the kernel module does not.
+    install -m 4755 ${S}/nvidia-modprobe ${D}${bindir}/
+
+    # nvidia.ko asks for nvidia/<version>/gsp_*.bin: the same version, or no GPU comes up.
+    install -d ${D}${nonarch_base_libdir}/firmware/nvidia/${PV}
+    install -m 0644 ${S}/firmware/gsp_*.bin ${D}${nonarch_base_libdir}/firmware/nvidia/${PV}/
+}
+
+PACKAGES = "${PN}-libcuda ${PN}-libnvidia-ml ${PN}-firmware ${PN}-tools ${PN}"
+FILES:${PN}-libcuda = " \
+    ${libdir}/libcuda.so* \
+    ${libdir}/libnvidia-ptxjitcompiler.so* \
+    ${libdir}/libnvidia-nvvm.so* \
+    ${libdir}/libnvidia-gpucomp.so* \
+"
+FILES:${PN}-libnvidia-ml = "${libdir}/libnvidia-ml.so*"
+FILES:${PN}-firmware = "${nonarch_base_libdir}/firmware/nvidia/${PV}"
+FILES:${PN}-tools = "${bindir}"
+ALLOW_EMPTY:${PN} = "1"
+
+# Library packages keep their names (not renamed after a SONAME), so the image checks find them.
+DEBIAN_NOAUTONAME:${PN}-libcuda = "1"
+DEBIAN_NOAUTONAME:${PN}-libnvidia-ml = "1"
+
+# The driver: kernel side and userspace of one version, and the firmware nvidia.ko loads.
+RDEPENDS:${PN}-libcuda = "${PN}-firmware nvidia-open-gpu-kernel-modules"
+RDEPENDS:${PN}-libnvidia-ml = "${PN}-firmware nvidia-open-gpu-kernel-modules"
+RDEPENDS:${PN}-tools = "${PN}-libnvidia-ml"
+RDEPENDS:${PN} = "${PN}-libcuda ${PN}-libnvidia-ml ${PN}-tools"
+
+# NVIDIA's binaries as shipped: no stripping or debug split (the licence allows no changes),
+# no shlib provides (nothing links them at build time), no checks written for our own builds.
+INHIBIT_PACKAGE_STRIP = "1"
+INHIBIT_PACKAGE_DEBUG_SPLIT = "1"
+INHIBIT_SYSROOT_STRIP = "1"
+EXCLUDE_FROM_SHLIBS = "1"
+# libcuda.so is the name programs dlopen, not a development link.
+INSANE_SKIP:${PN}-libcuda = "already-stripped ldflags textrel dev-so"
+INSANE_SKIP:${PN}-libnvidia-ml = "already-stripped ldflags dev-so"
+INSANE_SKIP:${PN}-tools = "already-stripped ldflags file-rdeps"
+# The GSP firmware images are RISC-V ELF files for the GPU's own processor.
+INSANE_SKIP:${PN}-firmware = "arch already-stripped"
