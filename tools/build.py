@@ -29,8 +29,9 @@ class MachineTarget:
 # The one table to edit when kas files are renamed or machines are added.
 MACHINES: dict[str, MachineTarget] = {
     "qemu": MachineTarget("kas/qemu-x86-64.yml", "qemux86-64", "gpu-k8s-image-dev", (req.X86_64, req.QEMU)),
-    "x86-64": MachineTarget("kas/x86-64.yml", "genericx86-64", "gpu-k8s-image", (req.X86_64,)),
-    # the same PC on Yocto 5.0 scarthgap (x86-64 and QEMU above are on 6.0 wrynose)
+    "x86-64": MachineTarget("kas/x86-64.yml", "genericx86-64", "gpu-k8s-image", (req.X86_64, req.NVIDIA)),
+    # the same PC on Yocto 5.0 scarthgap (x86-64 and QEMU above are on 6.0 wrynose); the NVIDIA
+    # stack is off there by default (its Go cannot build toolkit 1.20)
     "x86-64-scarthgap": MachineTarget("kas/x86-64-scarthgap.yml", "genericx86-64", "gpu-k8s-image", (req.X86_64,)),
     "jetson-nano": MachineTarget("kas/jetson-nano.yml", "jetson-nano-devkit", "gpu-k8s-image", (req.JETSON,)),
 }
@@ -136,12 +137,15 @@ def check_built_image(options: BuildOptions, env: Mapping[str, str]) -> list[req
     Raises BuildError when the build left no manifest."""
     target = machine_target(options.machine)
     pkgdata = tmp_dir(env) / "pkgdata" / target.yocto_machine
+    kinds = [kind for kind in target.kinds if kind != req.NVIDIA]
+    if image_manifest.nvidia_from_pkgdata(pkgdata / "runtime", default=req.NVIDIA in target.kinds):
+        kinds.append(req.NVIDIA)
     try:
         manifest, findings = image_manifest.check_manifest(
             deploy_dir(options, env),
             image_name(options),
             target.yocto_machine,
-            list(target.kinds),
+            kinds,
             image_manifest.cuda_packages_from_pkgdata(pkgdata / "runtime"),
             runtime_reverse=pkgdata / "runtime-reverse",
         )

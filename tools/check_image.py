@@ -51,7 +51,8 @@ class ProbeResult:
         return cls(
             image=data["image"],
             machine=data["machine"],
-            classes=req.machine_classes(data.get("machineoverrides", []), data.get("target_arch", "")),
+            classes=req.machine_classes(data.get("machineoverrides", []), data.get("target_arch", ""),
+                                        nvidia=data.get("nvidia") == "1"),
             cuda_level=data.get("cuda_level") or "",
             cuda_packages=list(data.get("cuda_packages") or []),
             closure=closure_mod.Closure.from_json(data["closure"]),
@@ -89,6 +90,8 @@ def report(result: ProbeResult, findings: list[req.Finding]) -> list[str]:
              "runtime closure"]
     if req.JETSON in result.classes:
         lines.append(f"GPU_K8S_CUDA = {result.cuda_level or '(unset)'}: {' '.join(result.cuda_packages) or 'nothing'}")
+    if req.NVIDIA in result.classes:
+        lines.append("GPU_K8S_NVIDIA = 1: NVIDIA driver, container toolkit and CDI unit for discrete GPUs")
     lines += req.report_lines(findings)
     for item in result.closure.unresolved:
         lines.append(f"  UNRESOLVED  {item.name} ({item.kind} of {item.via}): {item.reason}")

@@ -65,6 +65,17 @@ def cuda_packages_from_pkgdata(runtime_dir: Path | None) -> list[str]:
     return req.cuda_packages(req.DEFAULT_CUDA_LEVEL)
 
 
+def nvidia_from_pkgdata(runtime_dir: Path | None, default: bool) -> bool:
+    """Whether packagegroup-gpu-k8s carried the NVIDIA stack (GPU_K8S_NVIDIA) in this build,
+    from its final RDEPENDS in pkgdata; `default` when pkgdata is not there."""
+    group = runtime_dir / "packagegroup-gpu-k8s" if runtime_dir else None
+    if group and group.is_file():
+        for line in group.read_text().splitlines():
+            if line.startswith("RDEPENDS:packagegroup-gpu-k8s:"):
+                return "gpu-k8s-nvidia-cdi" in re.sub(r"\([^)]*\)", " ", line.split(":", 2)[2]).split()
+    return default
+
+
 def check_manifest(
     deploy_dir: Path,
     image: str,

@@ -16,6 +16,7 @@ from tools.paths import REPO_ROOT
 JETSON = "jetson"
 X86_64 = "x86-64"
 QEMU = "qemu"
+NVIDIA = "nvidia"  # the x86-64 discrete-GPU stack (GPU_K8S_NVIDIA = "1")
 
 # Kernel modules k3s loads that meta-virtualization's k3s does not recommend;
 # packagegroup-gpu-k8s recommends the same list (GPU_K8S_KERNEL_MODULES; a test keeps the
@@ -81,8 +82,9 @@ class Requirement:
         return self.title or self.names[0]
 
 
-def machine_classes(overrides: Collection[str], target_arch: str) -> list[str]:
-    """Which requirement sets apply, from bitbake's MACHINEOVERRIDES and TARGET_ARCH."""
+def machine_classes(overrides: Collection[str], target_arch: str, nvidia: bool = False) -> list[str]:
+    """Which requirement sets apply, from bitbake's MACHINEOVERRIDES and TARGET_ARCH, and
+    whether the packagegroup carries the NVIDIA stack (its GPU_K8S_NVIDIA)."""
     classes = []
     if "tegra" in overrides:
         classes.append(JETSON)
@@ -90,6 +92,8 @@ def machine_classes(overrides: Collection[str], target_arch: str) -> list[str]:
         classes.append(X86_64)
     if "qemuall" in overrides:
         classes.append(QEMU)
+    if nvidia:
+        classes.append(NVIDIA)
     return classes
 
 
@@ -146,6 +150,48 @@ def _x86_64(k3s_requirements: Path = K3S_KERNEL_REQUIREMENTS) -> list[Requiremen
     return requirements
 
 
+# packagegroup-gpu-k8s's GPU_K8S_NVIDIA_PACKAGES (a test keeps the two equal).
+NVIDIA_PACKAGES = (
+    "gpu-k8s-nvidia-cdi",
+    "nvidia-container-toolkit",
+    "nvidia-driver-libcuda",
+    "nvidia-driver-libnvidia-ml",
+    "nvidia-driver-tools",
+    "nvidia-open-gpu-kernel-modules",
+    "python3-nvidia-ml-py",
+)
+
+
+def _nvidia() -> list[Requirement]:
+    return [
+        Requirement(("nvidia-open-gpu-kernel-modules", "kernel-module-nvidia"),
+                    "nvidia.ko and nvidia-uvm.ko, NVIDIA's open kernel modules: without them no GPU is driven, "
+                    "there is no /dev/nvidia*, NVML finds nothing and GPU pods stay Pending",
+                    title="nvidia.ko (nvidia-open-gpu-kernel-modules)"),
+        Requirement(("nvidia-driver-firmware",),
+                    "the GSP firmware nvidia.ko loads from /lib/firmware/nvidia/<version>/: without it the GPU "
+                    "does not initialise"),
+        Requirement(("nvidia-driver-libnvidia-ml",),
+                    "libnvidia-ml.so.1 (NVML): the plugin discovers GPUs and watches their health through it and "
+                    "nvidia-ctk lists GPUs for the CDI spec; without it no GPU is advertised",
+                    title="libnvidia-ml (nvidia-driver-libnvidia-ml)"),
+        Requirement(("nvidia-driver-libcuda",),
+                    "libcuda.so.1, the CUDA driver the CDI spec hands to every GPU container: without it CUDA "
+                    "programs in pods find no driver", title="libcuda (nvidia-driver-libcuda)"),
+        Requirement(("nvidia-driver-tools",),
+                    "nvidia-smi and nvidia-modprobe: the CDI unit initialises the GPUs and creates /dev/nvidia<N> "
+                    "with them"),
+        Requirement(("nvidia-container-toolkit",),
+                    "nvidia-ctk writes the CDI spec, nvidia-container-runtime (docker's and containerd's default "
+                    "runtime) adds the GPUs and driver libraries it names to containers; without it pods get no GPU"),
+        Requirement(("gpu-k8s-nvidia-cdi",),
+                    "the boot unit that loads the driver, creates /dev/nvidia* and writes /var/run/cdi/nvidia.yaml: "
+                    "without the spec GPU containers fail with unresolvable CDI devices"),
+        Requirement(("python3-nvidia-ml-py",),
+                    "pynvml, which the plugin's NVML discovery imports: without it the plugin finds no discrete GPU"),
+    ]
+
+
 def _qemu() -> list[Requirement]:
     return [
         Requirement(("gpu-k8s-preload-images",),
@@ -162,6 +208,8 @@ def requirements_for(classes: Collection[str], cuda_packages: Sequence[str] = ()
         requirements += _x86_64(k3s_requirements)
     if QEMU in classes:
         requirements += _qemu()
+    if NVIDIA in classes:
+        requirements += _nvidia()
     return requirements
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from bbfile import BbFile, parse
 from layer_paths import LAYER
+from nvidia_layer import nvidia_default
 
 K3S_DIR = LAYER / "recipes-containers/k3s"
 CONFIG_DIR = LAYER / "recipes-containers/gpu-k8s-k3s-config"
@@ -32,9 +33,15 @@ def k3s_recipe() -> Path:
     return found[0]
 
 
+# Knobs recipes read from a class, with their value per machine.
+CLASS_KNOBS = {"GPU_K8S_NVIDIA": nvidia_default}
+
+
 def resolve(bb: BbFile, var: str, overrides: tuple[str, ...]) -> str:
     """The value of var for a machine: its most specific override, else the plain value;
-    ${OTHER} references to variables of the same file are expanded."""
+    ${OTHER} references to variables of the same file (or to CLASS_KNOBS) are expanded."""
+    if var in CLASS_KNOBS and not bb.values(var):
+        return CLASS_KNOBS[var](overrides)
     value = None
     for override in ("", *overrides):
         found = bb.values(var, override) if override else bb.values(var)

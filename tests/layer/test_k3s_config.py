@@ -21,6 +21,7 @@ from k3s_layer import (
     run_renderer,
 )
 from layer_paths import LAYER
+from nvidia_layer import nvidia_default
 
 DOCKER_DIR = LAYER / "recipes-containers/gpu-k8s-docker-config"
 # Keys k3s v1.36 accepts in its config files that the renderer may write.
@@ -69,7 +70,7 @@ def test_containerd_mode_leaves_docker_and_the_cgroup_driver_to_k3s(tmp_path, ma
     runtime = files["10-gpu-k8s-runtime.yaml"]
     assert "docker" not in runtime
     assert "cgroup-driver" not in kubelet_args(files), "k3s picks containerd's and the kubelet's driver together"
-    if "tegra" in MACHINES[machine]:
+    if "tegra" in MACHINES[machine] or nvidia_default(MACHINES[machine]) == "1":
         assert runtime["default-runtime"] == "nvidia", "GPU pods need no runtimeClassName"
     else:
         assert "default-runtime" not in runtime, "no nvidia-container-runtime on this machine"

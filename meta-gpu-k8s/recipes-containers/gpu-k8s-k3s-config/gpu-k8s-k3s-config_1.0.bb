@@ -17,7 +17,7 @@ SRC_URI = "file://gpu-k8s-k3s-config.py \
 
 S = "${UNPACKDIR}"
 
-inherit gpu_k8s_role python3native
+inherit gpu_k8s_nvidia gpu_k8s_role python3native
 
 # Everything below depends on the machine.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
@@ -33,8 +33,9 @@ GPU_K8S_CGROUP_V1 = "0"
 GPU_K8S_CGROUP_V1:tegra = "1"
 GPU_K8S_CGROUP_DRIVER = "systemd"
 GPU_K8S_CGROUP_DRIVER:tegra = "cgroupfs"
-# meta-tegra's nvidia-container-runtime is installed on Jetson only.
-GPU_K8S_NVIDIA_RUNTIME = "0"
+# nvidia-container-runtime: meta-tegra's on Jetson, the toolkit's (CDI mode) on x86-64 with
+# the NVIDIA stack (classes/gpu_k8s_nvidia.bbclass).
+GPU_K8S_NVIDIA_RUNTIME = "${GPU_K8S_NVIDIA}"
 GPU_K8S_NVIDIA_RUNTIME:tegra = "1"
 
 # Kubelet reservations, eviction and image GC for a 4 GB Nano ("default": k3s's defaults).

@@ -34,4 +34,4 @@ SYSTEMD_SERVICE:${PN} = "gpu-k8s-nvidia-cdi.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
 
 # nvidia-ctk (CDI spec, control device nodes), nvidia-smi and nvidia-modprobe (GPU nodes), modprobe.
-RDEPENDS:${PN} = "nvidia-container-toolkit nvidia-driver-tools kmod"
+RDEPENDS:${PN} = "kmod nvidia-container-toolkit nvidia-driver-tools"

@@ -1,4 +1,4 @@
-SUMMARY = "NVIDIA Container Toolkit: nvidia-ctk, the CDI hook and the NVIDIA runtime in CDI mode"
+SUMMARY = "NVIDIA Container Toolkit: nvidia-ctk, CDI hook, NVIDIA runtime in CDI mode"
 DESCRIPTION = "Built from source for x86-64 discrete GPUs: nvidia-ctk generates the CDI spec \
 of the node's GPUs (gpu-k8s-nvidia-cdi runs it at boot), nvidia-container-runtime wraps runc \
 and, in CDI mode, adds the devices and driver libraries that spec names to a container, \

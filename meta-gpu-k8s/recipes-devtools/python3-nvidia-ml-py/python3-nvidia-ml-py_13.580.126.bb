@@ -1,4 +1,4 @@
-SUMMARY = "NVIDIA's Python bindings for NVML (pynvml), for the device plugin's NVML discovery"
+SUMMARY = "NVIDIA's Python bindings for NVML (pynvml)"
 DESCRIPTION = "nvidia-ml-py: the pynvml module, a ctypes binding that loads libnvidia-ml.so.1 \
 at run time. The 13.580 line matches the R580 driver the x86-64 image carries; NVML keeps old \
 entry points, and a binding newer than the driver only loses functions the driver lacks."
@@ -26,6 +26,6 @@ do_install() {
         ${D}${PYTHON_SITEPACKAGES_DIR}/nvidia_ml_py-${PV}.egg-info/
 }
 
-FILES:${PN} = "${PYTHON_SITEPACKAGES_DIR}"
+FILES:${PN} += "${PYTHON_SITEPACKAGES_DIR}"
 
 RDEPENDS:${PN} = "python3-core python3-ctypes python3-threading"

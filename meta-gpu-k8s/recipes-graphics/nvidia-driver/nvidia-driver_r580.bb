@@ -1,4 +1,4 @@
-SUMMARY = "NVIDIA driver userspace for x86-64 discrete GPUs: CUDA driver, NVML, GSP firmware, tools"
+SUMMARY = "NVIDIA driver userspace (R580, x86-64): CUDA driver, NVML, GSP firmware"
 DESCRIPTION = "The compute part of NVIDIA's driver, taken unmodified from NVIDIA's .run \
 installer of exactly the version of nvidia-open-gpu-kernel-modules: libcuda with its PTX JIT \
 and NVVM libraries, libnvidia-ml (NVML), the GSP firmware the open kernel modules load, \
@@ -14,6 +14,7 @@ NO_GENERIC_LICENSE[NVIDIA-Proprietary] = "LICENSE"
 # Redistribution is allowed only unmodified, under NVIDIA's terms: the builder accepts them.
 LICENSE_FLAGS = "nvidia-driver"
 
+# The exact release (PV) is in the version file both this recipe and the kernel modules read.
 require nvidia-driver-version.inc
 
 PV = "${NVIDIA_DRIVER_VERSION}"
@@ -75,15 +76,14 @@ do_install() {
 }
 
 PACKAGES = "${PN}-libcuda ${PN}-libnvidia-ml ${PN}-firmware ${PN}-tools ${PN}"
-FILES:${PN}-libcuda = " \
-    ${libdir}/libcuda.so* \
+FILES:${PN}-libcuda += "${libdir}/libcuda.so* \
     ${libdir}/libnvidia-ptxjitcompiler.so* \
     ${libdir}/libnvidia-nvvm.so* \
     ${libdir}/libnvidia-gpucomp.so* \
 "
-FILES:${PN}-libnvidia-ml = "${libdir}/libnvidia-ml.so*"
-FILES:${PN}-firmware = "${nonarch_base_libdir}/firmware/nvidia/${PV}"
-FILES:${PN}-tools = "${bindir}"
+FILES:${PN}-libnvidia-ml += "${libdir}/libnvidia-ml.so*"
+FILES:${PN}-firmware += "${nonarch_base_libdir}/firmware/nvidia/${PV}"
+FILES:${PN}-tools += "${bindir}"
 ALLOW_EMPTY:${PN} = "1"
 
 # Library packages keep their names (not renamed after a SONAME), so the image checks find them.
@@ -102,9 +102,11 @@ INHIBIT_PACKAGE_STRIP = "1"
 INHIBIT_PACKAGE_DEBUG_SPLIT = "1"
 INHIBIT_SYSROOT_STRIP = "1"
 EXCLUDE_FROM_SHLIBS = "1"
-# libcuda.so is the name programs dlopen, not a development link.
+# nooelint: oelint.vars.insaneskip - NVIDIA's prebuilt libraries; libcuda.so is the name programs dlopen, not a dev link
 INSANE_SKIP:${PN}-libcuda = "already-stripped ldflags textrel dev-so"
+# nooelint: oelint.vars.insaneskip - NVIDIA's prebuilt library; libnvidia-ml.so is dlopened by that name
 INSANE_SKIP:${PN}-libnvidia-ml = "already-stripped ldflags dev-so"
+# nooelint: oelint.vars.insaneskip - NVIDIA's prebuilt programs, which dlopen the libraries above
 INSANE_SKIP:${PN}-tools = "already-stripped ldflags file-rdeps"
-# The GSP firmware images are RISC-V ELF files for the GPU's own processor.
+# nooelint: oelint.vars.insaneskip - the GSP firmware images are RISC-V ELF files for the GPU's own processor
 INSANE_SKIP:${PN}-firmware = "arch already-stripped"

@@ -1,4 +1,4 @@
-SUMMARY = "NVIDIA open GPU kernel modules (R580) for x86-64 discrete GPUs, Turing and newer"
+SUMMARY = "NVIDIA open GPU kernel modules (R580), Turing and newer discrete GPUs"
 DESCRIPTION = "nvidia.ko, nvidia-uvm.ko, nvidia-modeset.ko and nvidia-drm.ko built from \
 NVIDIA's open-gpu-kernel-modules against the image's kernel. They drive Turing and newer GPUs \
 (T4, A2, L4, RTX 20xx and later) through the GSP firmware that the nvidia-driver recipe \
@@ -26,8 +26,7 @@ COMPATIBLE_HOST = "x86_64.*-linux"
 # the kernel through SYSSRC/SYSOUT. The OS-agnostic core (src/nvidia) is built by NVIDIA's own
 # make, which only adds -fcf-protection when a compiler probe passes; forced here so nvidia.ko
 # has IBT landing pads and loads on kernels with CONFIG_X86_KERNEL_IBT.
-EXTRA_OEMAKE += " \
-    ARCH=x86_64 \
+EXTRA_OEMAKE += "ARCH=x86_64 \
     TARGET_ARCH=x86_64 \
     SYSSRC=${STAGING_KERNEL_DIR} \
     SYSOUT=${STAGING_KERNEL_BUILDDIR} \
