@@ -39,6 +39,12 @@ def _whole_number(flag: str, value: str | int, minimum: int = 0) -> int:
     return number
 
 
+ACCEPT_NVIDIA_LICENCE_HELP = (
+    f"accept NVIDIA's driver licence for this run (adds {build_module.NVIDIA_LICENCE_INCLUDE}); the x86-64 "
+    "image carries the driver and stops at parse time without it. Read the licence first (docs/layer.md)"
+)
+
+
 @task(
     auto_shortflags=False,
     help={
@@ -57,6 +63,7 @@ def _whole_number(flag: str, value: str | int, minimum: int = 0) -> int:
         f"(default {build_module.hostcheck.DEFAULT_MIN_FREE_GB})",
         "dry-run": "check the host and print the exact commands without running them",
         "verbose": "stream every line of kas/bitbake output instead of a progress line",
+        "accept-nvidia-licence": ACCEPT_NVIDIA_LICENCE_HELP,
     }
 )
 def build(
@@ -73,6 +80,7 @@ def build(
     min_free_gb: str = str(build_module.hostcheck.DEFAULT_MIN_FREE_GB),
     dry_run: bool = False,
     verbose: bool = False,
+    accept_nvidia_licence: bool = False,
 ) -> None:
     """Build an OS image with kas (default: the QEMU image the smoke test boots).
 
@@ -98,6 +106,7 @@ def build(
         min_free_gb=_whole_number("min-free-gb", min_free_gb),
         dry_run=dry_run,
         verbose=verbose,
+        accept_nvidia_licence=accept_nvidia_licence,
     )
     try:
         build_module.run_build(options)
@@ -115,6 +124,7 @@ def build(
         "target": "image recipe to check (default: the machine's image; with --kas the kas file's target)",
         "build-dir": "kas work dir (default: the one ./task build uses for the machine; env KAS_WORK_DIR)",
         "verbose": "stream kas/bitbake output instead of a progress line",
+        "accept-nvidia-licence": ACCEPT_NVIDIA_LICENCE_HELP,
     }
 )
 def check_image(
@@ -124,16 +134,19 @@ def check_image(
     target: str | None = None,
     build_dir: str | None = None,
     verbose: bool = False,
+    accept_nvidia_licence: bool = False,
 ) -> None:
     """Check what an image will contain, from bitbake's parse data, in minutes instead of a build.
 
     Through kas and bitbake's tinfoil, resolves the image's runtime closure (IMAGE_INSTALL,
     RDEPENDS/RRECOMMENDS, packagegroups, machine extras, kernel modules) and checks it holds
     what the node needs: on Jetson the GPU driver, CUDA libraries and NVIDIA runtime; on
-    x86-64 the netfilter modules k3s loads; everywhere docker, k3s and the plugin. Prints
+    x86-64 the netfilter modules k3s loads and the NVIDIA driver, toolkit and CDI unit;
+    everywhere docker, k3s and the plugin. Prints
     what is missing and why it matters; exit status 1 when something is."""
     options = check_image_module.CheckImageOptions(
-        machine=machine, kas_file=kas, target=target, build_dir=_optional_path(build_dir), verbose=verbose
+        machine=machine, kas_file=kas, target=target, build_dir=_optional_path(build_dir), verbose=verbose,
+        accept_nvidia_licence=accept_nvidia_licence,
     )
     try:
         if not kas:

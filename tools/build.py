@@ -37,6 +37,10 @@ MACHINES: dict[str, MachineTarget] = {
 }
 DEFAULT_MACHINE = "qemu"
 
+# Added to the kas file by --accept-nvidia-licence: LICENSE_FLAGS_ACCEPTED for NVIDIA's driver,
+# without which an image with the NVIDIA stack (x86-64) stops at parse time.
+NVIDIA_LICENCE_INCLUDE = "kas/include/nvidia-licence.yml"
+
 # Environment variables kas hands to bitbake (or uses itself); passed through untouched.
 PASSTHROUGH_VARIABLES = (
     "DL_DIR",
@@ -72,6 +76,12 @@ class BuildOptions:
     min_free_gb: int = hostcheck.DEFAULT_MIN_FREE_GB
     dry_run: bool = False
     verbose: bool = False
+    accept_nvidia_licence: bool = False
+
+
+def with_licence(kas_file: str, accept_nvidia_licence: bool) -> str:
+    """The kas file argument, with the licence include appended when the user accepted it."""
+    return f"{kas_file}:{NVIDIA_LICENCE_INCLUDE}" if accept_nvidia_licence else kas_file
 
 
 def machine_target(machine: str) -> MachineTarget:
@@ -118,7 +128,8 @@ def kas_executable() -> str:
 def kas_build_command(options: BuildOptions, environ: Mapping[str, str]) -> process.Command:
     target = machine_target(options.machine)
     return process.Command(
-        argv=[kas_executable(), "build", "--target", image_name(options), target.kas_file],
+        argv=[kas_executable(), "build", "--target", image_name(options),
+              with_licence(target.kas_file, options.accept_nvidia_licence)],
         cwd=REPO_ROOT,
         env=build_environment(options, environ),
     )

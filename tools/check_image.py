@@ -35,6 +35,7 @@ class CheckImageOptions:
     target: str | None = None
     build_dir: Path | None = None
     verbose: bool = False
+    accept_nvidia_licence: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ def report(result: ProbeResult, findings: list[req.Finding]) -> list[str]:
 
 
 def kas_file_for(options: CheckImageOptions) -> str:
-    return options.kas_file or build.machine_target(options.machine).kas_file
+    kas_file = options.kas_file or build.machine_target(options.machine).kas_file
+    return build.with_licence(kas_file, options.accept_nvidia_licence)
 
 
 def work_dir_for(options: CheckImageOptions) -> Path | None:

@@ -38,7 +38,7 @@ class Data:
                     "TARGET_ARCH": "x86_64", "MACHINEOVERRIDES": "x86-64:genericx86-64", "GPU_K8S_NVIDIA": "1"}
         self.values = {**defaults, **values}
 
-    def getVar(self, name: str) -> str | None:  # noqa: N802 - bitbake's name
+    def getVar(self, name: str) -> str | None:
         return self.values.get(name)
 
 

@@ -193,7 +193,8 @@ def pci_device(sysfs: Path, address: str, vendor: str, device: str, klass: str) 
 
 
 FAKE_TOOLS = {
-    "modprobe": 'echo "modprobe $*" >>"$CALLS"; [ -z "${MODPROBE_FAILS:-}" ] || { echo "$MODPROBE_FAILS" >&2; exit 1; }',
+    "modprobe": 'echo "modprobe $*" >>"$CALLS"\n'
+                '[ -z "${MODPROBE_FAILS:-}" ] || { echo "$MODPROBE_FAILS" >&2; exit 1; }',
     "nvidia-ctk": textwrap.dedent("""\
         echo "nvidia-ctk $*" >>"$CALLS"
         case "$1" in

@@ -28,12 +28,14 @@ with open(os.environ['STAND_IN_PROBE_JSON']) as source, open(out, 'w') as target
 """
 
 
-def probe_json(tmp_path: Path, installed: list[str], overrides: list[str], arch: str, cuda: list[str]) -> Path:
+def probe_json(tmp_path: Path, installed: list[str], overrides: list[str], arch: str, cuda: list[str],
+               nvidia: str = "") -> Path:
     closure = ic.Closure()
     for name in installed:
         closure.installed[name] = ic.Installed(name, name, ic.BY_PACKAGE, name, ic.IMAGE, ic.IMAGE)
     data = {"image": "gpu-k8s-image", "machine": "jetson-nano-devkit", "machineoverrides": overrides,
-            "target_arch": arch, "cuda_level": "runtime", "cuda_packages": cuda, "closure": closure.to_json()}
+            "target_arch": arch, "cuda_level": "runtime", "cuda_packages": cuda, "closure": closure.to_json(),
+            "nvidia": nvidia}
     path = tmp_path / "probe.json"
     path.write_text(json.dumps(data))
     return path
@@ -124,3 +126,47 @@ def test_check_image_says_before_kas_runs_that_the_build_lacks_signing_keys(
     warning = out.index("would stop at do_rootfs: signed update artifacts are required")
     assert warning < out.index("resolving what"), "said before any kas work"
     assert "check the network" in str(failure.value) and "KAS_REPO_REF_DIR" in str(failure.value)
+
+
+X86_CPU_CLOSURE = ["docker-moby", "k3s", "k3s-server", "gpu-device-plugin", "python3-grpcio", "python3-protobuf",
+                   "python3-pyyaml", "gpu-k8s-docker-config", "kernel-module-br-netfilter", "kernel-module-ip-set",
+                   "kernel-module-ip-set-hash-ip", "kernel-module-ip-set-hash-net", "kernel-module-xt-set"]
+
+
+def test_an_x86_image_with_the_nvidia_knob_on_but_no_stack_is_told_what_each_piece_is_for(
+    tmp_path: Path, stand_ins, monkeypatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stand_ins.add("kas", KAS_STAND_IN)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    json_path = probe_json(tmp_path, X86_CPU_CLOSURE, ["x86-64", "genericx86-64"], "x86_64", [], nvidia="1")
+    monkeypatch.setenv("STAND_IN_PROBE_JSON", str(json_path))
+    options = check_image.CheckImageOptions(machine="x86-64", build_dir=tmp_path / "work")
+    findings = check_image.run_check_image(options, environ={}, euid=1000)
+    lacking = [f.requirement.label for f in findings
+               if not f.ok and not f.requirement.label.startswith("kernel-module")]
+    assert lacking == ["nvidia.ko (nvidia-open-gpu-kernel-modules)", "nvidia-driver-firmware",
+                       "libnvidia-ml (nvidia-driver-libnvidia-ml)", "libcuda (nvidia-driver-libcuda)",
+                       "nvidia-driver-tools", "nvidia-container-toolkit", "gpu-k8s-nvidia-cdi", "python3-nvidia-ml-py"]
+    out = capsys.readouterr().out
+    assert "GPU_K8S_NVIDIA = 1" in out
+    assert "MISSING  gpu-k8s-nvidia-cdi: the boot unit that loads the driver" in out
+
+
+def test_an_x86_image_without_the_knob_is_not_asked_for_the_nvidia_stack(tmp_path: Path) -> None:
+    data = json.loads(probe_json(tmp_path, X86_CPU_CLOSURE, ["x86-64", "genericx86-64"], "x86_64", []).read_text())
+    result = check_image.ProbeResult.from_json(data)
+    assert result.classes == ["x86-64"]
+    asked = {name for f in check_image.closure_findings(result) for name in f.requirement.names}
+    assert not asked & {"nvidia-driver-libcuda", "gpu-k8s-nvidia-cdi", "nvidia-container-toolkit"}
+
+
+def test_accepting_the_nvidia_licence_adds_its_include_to_check_and_build() -> None:
+    options = check_image.CheckImageOptions(machine="x86-64", accept_nvidia_licence=True)
+    command = check_image.probe_command(options, "gpu-k8s-image", Path("/tmp/x.json"), environ={})
+    assert command.argv[2] == "kas/x86-64.yml:kas/include/nvidia-licence.yml"
+    assert (REPO_ROOT / build.NVIDIA_LICENCE_INCLUDE).is_file()
+    plain = check_image.probe_command(check_image.CheckImageOptions(machine="x86-64"), "gpu-k8s-image",
+                                      Path("/tmp/x.json"), environ={})
+    assert plain.argv[2] == "kas/x86-64.yml", "nobody accepts the licence for the user"
+    built = build.kas_build_command(build.BuildOptions(machine="x86-64", accept_nvidia_licence=True), environ={})
+    assert built.argv[-1] == "kas/x86-64.yml:kas/include/nvidia-licence.yml"

@@ -137,3 +137,45 @@ def test_the_k3s_kernel_module_list_joins_the_x86_requirements(tmp_path: Path) -
     assert statistic.module == "xt_statistic" and "k3s loads xt_statistic" in statistic.why
     absent = [r.label for r in req.requirements_for([req.X86_64], k3s_requirements=tmp_path / "none.yaml")]
     assert "kernel-module-xt-statistic" not in absent
+
+
+# ---- the x86-64 NVIDIA stack ------------------------------------------------------------
+
+def test_nvidia_requirements_are_the_packages_the_packagegroup_adds() -> None:
+    assert sorted(parse(GROUP).words("GPU_K8S_NVIDIA_PACKAGES")) == sorted(req.NVIDIA_PACKAGES)
+    labels = {name for r in req.requirements_for([req.NVIDIA]) for name in r.names}
+    assert set(req.NVIDIA_PACKAGES) <= labels
+    assert "nvidia-driver-firmware" in labels, "nvidia.ko brings no GPU up without the GSP firmware"
+
+
+def test_x86_manifest_without_the_driver_userspace_names_each_piece_and_why(tmp_path: Path) -> None:
+    x86 = [req.X86_64, req.NVIDIA]
+    names = ["docker-moby" if r.label == "docker" else r.names[0] for r in req.requirements_for(x86)]
+    names = [n for n in names if n not in ("nvidia-driver-libcuda", "nvidia-driver-libnvidia-ml")]
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    (deploy / "gpu-k8s-image-genericx86-64.manifest").write_text("".join(f"{n} core2_64 1.0\n" for n in names))
+    _, findings = im.check_manifest(deploy, "gpu-k8s-image", "genericx86-64", x86, [])
+    assert missing(findings) == ["libnvidia-ml (nvidia-driver-libnvidia-ml)", "libcuda (nvidia-driver-libcuda)"]
+    report = "\n".join(req.report_lines(findings))
+    assert "MISSING  libnvidia-ml (nvidia-driver-libnvidia-ml): libnvidia-ml.so.1 (NVML)" in report
+    assert "MISSING  libcuda (nvidia-driver-libcuda): libcuda.so.1" in report
+
+
+def test_the_kernel_module_package_itself_satisfies_the_driver_requirement(tmp_path: Path) -> None:
+    driver = next(r for r in req.requirements_for([req.NVIDIA]) if "nvidia-open-gpu-kernel-modules" in r.names)
+    found = req.evaluate([driver], lambda name: (name, "") if name == "kernel-module-nvidia" else None)
+    assert found[0].satisfied_by == "kernel-module-nvidia"
+
+
+def test_whether_the_build_carried_the_nvidia_stack_comes_from_the_packagegroup_pkgdata(tmp_path: Path) -> None:
+    (tmp_path / "packagegroup-gpu-k8s").write_text(
+        "RDEPENDS:packagegroup-gpu-k8s: docker gpu-k8s-nvidia-cdi nvidia-driver-libcuda (>= 580.142)\n")
+    assert im.nvidia_from_pkgdata(tmp_path, default=False) is True
+    (tmp_path / "packagegroup-gpu-k8s").write_text("RDEPENDS:packagegroup-gpu-k8s: docker k3s-server\n")
+    assert im.nvidia_from_pkgdata(tmp_path, default=True) is False
+    assert im.nvidia_from_pkgdata(tmp_path / "absent", default=True) is True
+
+
+def test_the_probe_s_knob_adds_the_nvidia_list() -> None:
+    assert req.machine_classes(["x86-64", "genericx86-64"], "x86_64", nvidia=True) == [req.X86_64, req.NVIDIA]
