@@ -29,13 +29,13 @@ S = "${UNPACKDIR}/NVIDIA-Linux-x86_64-${PV}"
 COMPATIBLE_HOST = "x86_64.*-linux"
 COMPATIBLE_HOST:libc-musl = "null"
 
-# --extract-only unpacks the payload; nothing of the installer runs.
+# --extract-only unpacks the payload; nothing of the installer runs. First among do_unpack's
+# postfuncs: the S check and the source date stamp read what it extracts.
 nvidia_driver_extract() {
     rm -rf ${S}
     sh ${DL_DIR}/${NVIDIA_RUN} --extract-only --target ${S}
 }
-do_unpack[postfuncs] += "nvidia_driver_extract"
-do_unpack[cleandirs] += "${S}"
+do_unpack[postfuncs] =+ "nvidia_driver_extract"
 
 do_configure[noexec] = "1"
 do_compile[noexec] = "1"
