@@ -4,7 +4,8 @@
 # Python bindings for the device plugin.
 #
 # GPU_K8S_NVIDIA = "1" puts it in the image, "0" leaves it out. Default: on for x86-64
-# machines, off for QEMU (no GPU there; set "1" to prove a GPU-less VM still comes up) and
+# machines with the layer's distro feature (gpu-k8s; without it adding the layer changes
+# nothing, so a build that merely adds the layer is never stopped), off for QEMU (no GPU there; set "1" to prove a GPU-less VM still comes up) and
 # Jetson (its GPU stack is meta-tegra's), and off where the series' Go cannot build the
 # toolkit. The driver's licence is NVIDIA's: with "1" the build needs
 # LICENSE_FLAGS_ACCEPTED += "nvidia-driver" (kas/include/nvidia-licence.yml), checked at parse
@@ -25,6 +26,8 @@ def gpu_k8s_nvidia_old_go(d):
 def gpu_k8s_nvidia_default(d):
     overrides = (d.getVar('MACHINEOVERRIDES') or '').split(':')
     if d.getVar('TARGET_ARCH') != 'x86_64' or 'qemuall' in overrides:
+        return '0'
+    if 'gpu-k8s' not in (d.getVar('DISTRO_FEATURES') or '').split():
         return '0'
     return '0' if gpu_k8s_nvidia_old_go(d) else '1'
 

@@ -35,7 +35,8 @@ class Data:
         own = parse(NVIDIA_CLASS)
         defaults = {"GPU_K8S_NVIDIA_MIN_GO": own.value("GPU_K8S_NVIDIA_MIN_GO"),
                     "GPU_K8S_NVIDIA_LICENSE_FLAG": own.value("GPU_K8S_NVIDIA_LICENSE_FLAG"),
-                    "TARGET_ARCH": "x86_64", "MACHINEOVERRIDES": "x86-64:genericx86-64", "GPU_K8S_NVIDIA": "1"}
+                    "TARGET_ARCH": "x86_64", "MACHINEOVERRIDES": "x86-64:genericx86-64", "GPU_K8S_NVIDIA": "1",
+                    "DISTRO_FEATURES": "systemd virtualization seccomp k3s gpu-k8s"}
         self.values = {**defaults, **values}
 
     def getVar(self, name: str) -> str | None:

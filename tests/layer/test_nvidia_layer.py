@@ -124,6 +124,11 @@ def test_the_stack_is_on_by_default_only_for_x86_machines_whose_series_can_build
     assert class_functions()["gpu_k8s_nvidia_default"](Data(**values)) == default
 
 
+def test_a_build_that_only_adds_the_layer_gets_no_driver_and_no_licence_stop() -> None:
+    plain = Data(DISTRO_FEATURES="systemd virtualization seccomp")
+    assert class_functions()["gpu_k8s_nvidia_default"](plain) == "0"
+
+
 def test_asking_for_the_stack_where_it_cannot_be_built_says_why_in_one_line() -> None:
     functions = class_functions()
     old_go = functions["gpu_k8s_nvidia_problem"](Data(GOVERSION="1.22%", LICENSE_FLAGS_ACCEPTED="nvidia-driver"))
