@@ -60,6 +60,10 @@ do_install() {
             ln -sf $name.so.${PV} ${D}${libdir}/$soname
         fi
     done
+    # NVVM for older NVVM IR, named by SONAME only; not in every release.
+    if [ -e ${S}/libnvidia-nvvm70.so.4 ]; then
+        install -m 0755 ${S}/libnvidia-nvvm70.so.4 ${D}${libdir}/
+    fi
     # Programs that dlopen the driver by its bare name (libcuda.so) find it too.
     ln -sf libcuda.so.1 ${D}${libdir}/libcuda.so
     ln -sf libnvidia-ml.so.1 ${D}${libdir}/libnvidia-ml.so
@@ -79,6 +83,7 @@ PACKAGES = "${PN}-libcuda ${PN}-libnvidia-ml ${PN}-firmware ${PN}-tools ${PN}"
 FILES:${PN}-libcuda += "${libdir}/libcuda.so* \
     ${libdir}/libnvidia-ptxjitcompiler.so* \
     ${libdir}/libnvidia-nvvm.so* \
+    ${libdir}/libnvidia-nvvm70.so* \
     ${libdir}/libnvidia-gpucomp.so* \
 "
 FILES:${PN}-libnvidia-ml += "${libdir}/libnvidia-ml.so*"
