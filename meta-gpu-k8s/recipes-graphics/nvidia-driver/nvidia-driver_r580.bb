@@ -7,7 +7,8 @@ is headless and they would clash with mesa. The licence is NVIDIA's, not open: b
 LICENSE_FLAGS_ACCEPTED += \"nvidia-driver\" (docs/layer.md)."
 HOMEPAGE = "https://www.nvidia.com/en-us/drivers/unix/"
 LICENSE = "NVIDIA-Proprietary"
-# The licence text shipped in the .run ("NVIDIA Driver License Agreement", v. February 25 2025).
+# The licence text shipped in the .run ("NVIDIA Driver License Agreement", v. February 25 2025;
+# md5 as read from the 580.105.08 .run, the same R580 text; do_populate_lic checks it).
 LIC_FILES_CHKSUM = "file://LICENSE;md5=92aa2e2af6aa0bcba1c3fe49da021937"
 # Not an SPDX licence: the text comes from the package itself.
 NO_GENERIC_LICENSE[NVIDIA-Proprietary] = "LICENSE"
