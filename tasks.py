@@ -13,6 +13,7 @@ from tools import build as build_module
 from tools import check_image as check_image_module
 from tools import console
 from tools import flash as flash_module
+from tools import flash_orin as flash_orin_module
 from tools import lint as lint_module
 from tools import provision as provision_module
 from tools import release as release_module
@@ -162,11 +163,13 @@ def check_image(
 @task(
     auto_shortflags=False,
     help={
-        "method": "full: doflash.sh over USB (eMMC); spi-only: doflash.sh --spi-only (QSPI firmware of "
-        "SD devkits); sdcard: dosdcard.sh makes an SD image, written to --device when given",
+        "machine": f"which board: {', '.join(flash_orin_module.flashable_machines())} (default jetson-nano)",
+        "method": "Nano: full (doflash.sh over USB), spi-only (QSPI firmware of SD devkits), sdcard (dosdcard.sh "
+        "makes an SD image, written to --device when given). Orin: full (initrd-flash over USB: QSPI and "
+        "NVMe/SD), spi-only, external-only, sdcard or external (dosdcard.sh/doexternal.sh write --device)",
         "image": f"image recipe whose tegraflash package to use (default {flash_module.NANO.default_image})",
-        "build-dir": "kas build dir of the Nano build (default build/jetson-nano/build)",
-        "package": "a tegraflash .tar.gz to use instead of the one from the build",
+        "build-dir": "kas build dir of the machine's build (default build/MACHINE/build)",
+        "package": "a tegraflash package (.tegraflash.tar.gz; Orin: .tegraflash-tar.zst) instead of the build's",
         "sd-image": "write this SD card image (.sdcard/.wic/.img) to --device with bmaptool; no tegraflash",
         "device": "SD card to write, e.g. /dev/sdX (shown with model, size and partitions first)",
         "force-device": "write to this device even if the safety checks object; must equal --device",
@@ -183,6 +186,7 @@ def check_image(
 )
 def flash(
     c: Context,
+    machine: str = "jetson-nano",
     method: str = "full",
     image: str = flash_module.NANO.default_image,
     build_dir: str | None = None,
@@ -198,14 +202,16 @@ def flash(
     role: str | None = None,
     label: list[str] | None = None,
 ) -> None:
-    """Flash a Jetson Nano in USB recovery mode, or write its SD card.
+    """Flash a Jetson Nano or Orin in USB recovery mode, or write its SD card or NVMe drive.
 
-    Finds the board by USB id 0955:7f21, unpacks the tegraflash package from the build and
-    runs doflash.sh / dosdcard.sh, or writes an SD image with bmaptool. Never writes a
-    disk that is mounted, holds / or /boot, is not removable or is too small, unless you
-    name it with --force-device. With --server-url/--token-file/--role/--label the node's
-    k3s provisioning is written onto its data partition (A/B images), so it joins its
-    cluster on first boot and keeps that through every update."""
+    Finds the board by its USB id in recovery mode (Nano 0955:7f21, Orin Nano 0955:7523, AGX
+    Orin 0955:7023), unpacks the tegraflash package from the build and runs meta-tegra's
+    scripts (Nano: doflash.sh / dosdcard.sh; Orin: initrd-flash / dosdcard.sh / doexternal.sh),
+    or writes an SD image with bmaptool. Never writes a disk that is mounted, holds / or
+    /boot, is not removable or is too small, unless you name it with --force-device. With
+    --server-url/--token-file/--role/--label the node's k3s provisioning is written onto its
+    data partition (A/B images: the Nano), so it joins its cluster on first boot and keeps
+    that through every update."""
     options = flash_module.FlashOptions(
         method=method,
         image=image,
@@ -222,7 +228,7 @@ def flash(
             server_url=server_url, token_file=_optional_path(token_file), role=role, labels=tuple(label or ())),
     )
     try:
-        lines = flash_module.run_flash(options)
+        lines = flash_orin_module.flash_machine(machine, options)
     except flash_module.FlashError as failure:
         console.error(str(failure))
         raise Exit(code=1) from None

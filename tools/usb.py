@@ -7,9 +7,19 @@ from pathlib import Path
 
 NVIDIA_VENDOR_ID = "0955"
 NANO_RECOVERY_PRODUCT_ID = "7f21"
+# Orin modules in recovery mode, by USB product id: meta-tegra wrynose's find-jetson-usb.sh
+# accepts these, and NVIDIA's and carrier vendors' flashing guides name the module of each.
+ORIN_RECOVERY_MODELS: dict[str, str] = {
+    "7023": "Jetson AGX Orin (P3701-0000/-0005)",
+    "7223": "Jetson AGX Orin 32GB (P3701-0004)",
+    "7323": "Jetson Orin NX 16GB (P3767-0000)",
+    "7423": "Jetson Orin NX 8GB (P3767-0001)",
+    "7523": "Jetson Orin Nano 8GB (P3767-0003/-0005, the devkit's)",
+    "7623": "Jetson Orin Nano 4GB (P3767-0004)",
+}
 # Recovery-mode product ids of the other Jetson modules (meta-tegra's find-jetson-usb.sh).
 OTHER_JETSON_RECOVERY_PRODUCT_IDS = frozenset(
-    {"7018", "7418", "7c18", "7019", "7819", "7919", "7023", "7223", "7e19", "7721"}
+    {"7018", "7418", "7c18", "7019", "7819", "7919", "7e19", "7721", "7026", "7226", *ORIN_RECOVERY_MODELS}
 )
 
 
@@ -27,8 +37,17 @@ class RecoveryBoard:
     def is_nano(self) -> bool:
         return self.product_id == NANO_RECOVERY_PRODUCT_ID
 
+    @property
+    def orin_model(self) -> str | None:
+        return ORIN_RECOVERY_MODELS.get(self.product_id)
+
     def describe(self) -> str:
-        kind = "a Jetson Nano" if self.is_nano else "a Jetson that is not a Nano"
+        if self.is_nano:
+            kind = "a Jetson Nano"
+        elif self.orin_model:
+            kind = f"a {self.orin_model}"
+        else:
+            kind = "a Jetson that is not a Nano"
         serial = f", serial {self.serial}" if self.serial else ""
         return (
             f"{kind} in recovery mode (USB {NVIDIA_VENDOR_ID}:{self.product_id}) at port "

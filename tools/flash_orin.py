@@ -1,0 +1,318 @@
+"""`flash --machine jetson-orin-nano`: put a built image on a Jetson Orin the way meta-tegra
+wrynose (L4T R39.2) documents it (docs/Flashing.md there): unpack the .tegraflash-tar.zst
+package, then `./initrd-flash` over USB with the board in recovery mode (boot firmware to
+QSPI, rootfs to NVMe or SD), or `./dosdcard.sh` / `./doexternal.sh` to write the SD card or
+NVMe drive attached to this host, which pass the same safety checks as the Nano's SD card."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools import console, process, usb
+from tools.build import MACHINES
+from tools.flash import NANO, FlashError, FlashOptions, check_target_device, refuse_unsafe_target, run_flash
+from tools.paths import BUILD_ROOT
+
+
+@dataclass(frozen=True)
+class OrinTarget:
+    """What flashing needs to know of a `--machine` that builds an Orin image."""
+
+    build_name: str  # the build dir under build/ (tools/build.py MACHINES key)
+    yocto_machine: str
+    product_ids: frozenset[str]  # USB ids in recovery mode of the module this MACHINE is for
+    storage: str  # "nvme" or "sdcard": where the rootfs goes
+    recovery_howto: str
+
+
+ORIN_NANO_RECOVERY = (
+    "put the Orin Nano devkit in recovery mode: power off, jumper FC REC to GND on the button "
+    "header under the module (J14 pins 10 and 9 on the p3768 carrier), power on, connect its "
+    "USB-C port straight to this host (no hub, no VM), then check with `lsusb -d 0955:`"
+)
+AGX_ORIN_RECOVERY = (
+    "put the AGX Orin devkit in recovery mode: with it powered off, hold the Force Recovery "
+    "button (the middle one) and press Power, release both after two seconds; connect the "
+    "USB-C port next to the 40-pin header straight to this host (no hub, no VM), then check "
+    "with `lsusb -d 0955:`"
+)
+
+ORIN_NANO_DEVKIT_IDS = frozenset({"7523"})  # P3767-0005 (devkit) and -0003 report 7523
+AGX_ORIN_DEVKIT_IDS = frozenset({"7023"})
+
+# Keyed by the Yocto MACHINE of the kas build (a kas override may change it).
+ORIN_TARGETS: dict[str, OrinTarget] = {
+    "jetson-orin-nano-devkit-nvme": OrinTarget(
+        "jetson-orin-nano", "jetson-orin-nano-devkit-nvme", ORIN_NANO_DEVKIT_IDS, "nvme", ORIN_NANO_RECOVERY),
+    "jetson-orin-nano-devkit": OrinTarget(
+        "jetson-orin-nano", "jetson-orin-nano-devkit", ORIN_NANO_DEVKIT_IDS, "sdcard", ORIN_NANO_RECOVERY),
+    "jetson-agx-orin-devkit": OrinTarget(
+        "jetson-agx-orin", "jetson-agx-orin-devkit", AGX_ORIN_DEVKIT_IDS, "nvme", AGX_ORIN_RECOVERY),
+}
+
+METHODS = {
+    "full": "initrd-flash over USB in recovery mode: boot firmware to QSPI and the rootfs to the "
+    "NVMe drive or SD card in the board",
+    "spi-only": "initrd-flash --qspi-only: only the QSPI boot firmware",
+    "external-only": "initrd-flash --external-only: only the rootfs storage (boot firmware already current)",
+    "sdcard": "dosdcard.sh: write the SD card (jetson-orin-nano-devkit) in a reader on this host; "
+    "needs --device, or makes an SD image file without it",
+    "external": "doexternal.sh: write the NVMe drive (NVMe machines) attached to this host by a USB "
+    "adapter; needs --device",
+}
+USB_METHODS = ("full", "spi-only", "external-only")
+INITRD_FLASH_ARGS = {"full": [], "spi-only": ["--qspi-only"], "external-only": ["--external-only"]}
+
+# Host programs meta-tegra's Orin flashing needs (docs/Flashing.md), with their Debian packages.
+HOST_TOOLS = {
+    "zstd": "zstd",  # unpacking the .tegraflash-tar.zst package
+    "dtc": "device-tree-compiler",
+    "cpp": "cpp",
+    "sgdisk": "gdisk",
+    "udisksctl": "udisks2",
+}
+RECOMMENDED_TOOLS = {"bmaptool": "bmap-tools"}  # without it a large rootfs takes very long
+
+
+def orin_target(yocto_machine: str) -> OrinTarget:
+    try:
+        return ORIN_TARGETS[yocto_machine]
+    except KeyError:
+        raise FlashError(
+            f"no flashing support for MACHINE {yocto_machine!r}; supported Orin machines: "
+            f"{', '.join(ORIN_TARGETS)}"
+        ) from None
+
+
+def deploy_dir(options: FlashOptions, target: OrinTarget) -> Path:
+    build_dir = options.build_dir or BUILD_ROOT / target.build_name / "build"
+    return build_dir / "tmp" / "deploy" / "images" / target.yocto_machine
+
+
+def tegraflash_package(options: FlashOptions, target: OrinTarget) -> Path:
+    if options.package is not None:
+        if not options.package.is_file():
+            raise FlashError(f"--package {options.package} does not exist")
+        return options.package
+    name = f"{options.image}-{target.yocto_machine}.tegraflash-tar.zst"
+    candidate = deploy_dir(options, target) / name
+    if not candidate.is_file():
+        raise FlashError(
+            f"no tegraflash package at {candidate}; build it first with "
+            f"`./task build --machine {target.build_name} --target {options.image}` (or pass --package PATH)"
+        )
+    return candidate
+
+
+def missing_host_tools(methods_need_usb: bool) -> list[str]:
+    wanted = dict(HOST_TOOLS)
+    if not methods_need_usb:
+        # dosdcard.sh/doexternal.sh sign and lay out partitions on this host: no udisksctl.
+        wanted.pop("udisksctl")
+    return [f"{tool} (apt-get install {package})" for tool, package in wanted.items() if shutil.which(tool) is None]
+
+
+def check_host_tools(options: FlashOptions, over_usb: bool) -> None:
+    missing = missing_host_tools(over_usb)
+    if missing:
+        message = "meta-tegra's Orin flashing needs " + ", ".join(missing)
+        if not options.dry_run:
+            raise FlashError(message)
+        console.warn(f"{message} (continuing: --dry-run)")
+    for tool, package in RECOMMENDED_TOOLS.items():
+        if shutil.which(tool) is None:
+            console.warn(f"{tool} is missing (apt-get install {package}): writing the rootfs will be very slow")
+
+
+def select_board(boards: list[usb.RecoveryBoard], target: OrinTarget) -> usb.RecoveryBoard:
+    """Exactly one board in recovery whose module the MACHINE is for, else a FlashError
+    saying what was seen and what to do."""
+    wanted = [board for board in boards if board.product_id in target.product_ids]
+    others = [board for board in boards if board.product_id not in target.product_ids]
+    expected = ", ".join(f"{usb.NVIDIA_VENDOR_ID}:{pid} {usb.ORIN_RECOVERY_MODELS[pid]}"
+                         for pid in sorted(target.product_ids))
+    if len(wanted) == 1:
+        return wanted[0]
+    if len(wanted) > 1:
+        listing = "; ".join(board.describe() for board in wanted)
+        raise FlashError(
+            f"{len(wanted)} boards for {target.yocto_machine} are in recovery mode ({listing}); "
+            "initrd-flash flashes one: leave only the board you mean connected"
+        )
+    if others:
+        listing = "; ".join(board.describe() for board in others)
+        raise FlashError(
+            f"no board for {target.yocto_machine} ({expected}) in recovery mode, but found {listing}: "
+            "this image is for another module; build for its MACHINE (docs/layer.md, Jetson Orin)"
+        )
+    raise FlashError(
+        f"no {target.yocto_machine} ({expected}) in recovery mode found on USB; {target.recovery_howto}"
+    )
+
+
+def find_board(options: FlashOptions, target: OrinTarget) -> usb.RecoveryBoard | None:
+    console.step(f"looking for a {target.yocto_machine} in USB recovery mode")
+    try:
+        board = select_board(usb.find_recovery_boards(options.root), target)
+    except FlashError as missing:
+        if not options.dry_run:
+            raise
+        console.warn(f"{missing} (continuing: --dry-run)")
+        return None
+    console.info(f"found {board.describe()}")
+    return board
+
+
+def unpack(package: Path, workdir: Path, dry_run: bool) -> None:
+    console.step(f"unpacking {package.name}")
+    # GNU tar (with zstd) as meta-tegra asks: the package relies on tar keeping modes and links.
+    process.run(process.Command(["tar", "--zstd", "-xf", str(package), "-C", str(workdir)]), dry_run=dry_run)
+
+
+def initrd_flash(options: FlashOptions, board: usb.RecoveryBoard | None, workdir: Path) -> str:
+    argv = ["./initrd-flash", *INITRD_FLASH_ARGS[options.method]]
+    if board is not None:
+        # The port we checked, so a second Jetson on this host is never the one flashed.
+        argv += ["--usb-instance", board.sysfs_name]
+    console.step("flashing over USB (initrd-flash; takes many minutes, keep the board connected)")
+    try:
+        # initrd-flash calls sudo itself for the steps that need root.
+        process.run(process.Command(argv, cwd=workdir), dry_run=options.dry_run)
+    except process.CommandFailed as failure:
+        raise FlashError(
+            f"initrd-flash failed with exit code {failure.returncode}; its log.initrd-flash.* file in the "
+            "unpacked package says why: put the board back in recovery mode, check the USB cable "
+            "(no hub, no VM) and run again"
+        ) from None
+    if board is None:
+        return f"(dry run) would flash ({options.method}) the Orin in recovery mode"
+    return f"flashed ({options.method}) the {board.orin_model or 'Orin'} at USB port {board.sysfs_name}"
+
+
+_ROOTFS_PARTITION = re.compile(r'<partition\b[^>]*\bname="APP(_b)?"')
+
+
+def rootfs_slots(layout: Path) -> int:
+    """How many root filesystem partitions (APP, APP_b) the layout writes: 2 with meta-tegra's
+    redundant (A/B) layout."""
+    return max(1, len(_ROOTFS_PARTITION.findall(layout.read_text()))) if layout.is_file() else 1
+
+
+def needed_bytes(options: FlashOptions, workdir: Path, layout: str) -> int:
+    """A lower bound for the target's size: the rootfs image once per root slot."""
+    rootfs = workdir / f"{options.image}.ext4"
+    return rootfs.stat().st_size * rootfs_slots(workdir / layout) if rootfs.is_file() else 0
+
+
+def write_with_script(options: FlashOptions, target: OrinTarget, workdir: Path, interactive: bool) -> str:
+    script, layout = ("./dosdcard.sh", "flash.xml.in") if options.method == "sdcard" else (
+        "./doexternal.sh", "external-flash.xml.in")
+    device = check_target_device(options, needed_bytes(options, workdir, layout), interactive)
+    device_file = options.root / "dev" / device.name
+    console.step(f"writing {target.yocto_machine}'s {'SD card' if options.method == 'sdcard' else 'drive'} "
+                 f"{device.path} ({script.removeprefix('./')})")
+    try:
+        # -y: we asked already (typed path, --yes or --force-device); the script sudo-s itself.
+        process.run(process.Command([script, "-y", str(device_file)], cwd=workdir), dry_run=options.dry_run)
+    except process.CommandFailed as failure:
+        raise FlashError(
+            f"{script.removeprefix('./')} failed with exit code {failure.returncode}; {device.path} may be "
+            "partly written: write it again"
+        ) from None
+    return f"wrote {options.image} for {target.yocto_machine} to {device.path}"
+
+
+def make_sd_image(options: FlashOptions, target: OrinTarget, workdir: Path) -> str:
+    console.step("making the SD card image (dosdcard.sh)")
+    argv = ["./dosdcard.sh", "-y", "-s", "32G", "-b", options.image]
+    try:
+        process.run(process.Command(argv, cwd=workdir), dry_run=options.dry_run)
+    except process.CommandFailed as failure:
+        raise FlashError(f"dosdcard.sh failed with exit code {failure.returncode}") from None
+    made = workdir / f"{options.image}.sdcard"
+    kept = options.output or deploy_dir(options, target) / f"{options.image}-{target.yocto_machine}.sdcard"
+    if options.dry_run:
+        console.info(f"would keep the SD image as {kept}")
+        return f"(dry run) SD image would be {kept}"
+    if not made.is_file():
+        raise FlashError(f"dosdcard.sh finished but left no {made.name} in {workdir}")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(made), kept)
+    return f"SD image: {kept} ({console.human_size(kept.stat().st_size)}); write it with --sd-image"
+
+
+def check_method(options: FlashOptions, target: OrinTarget) -> None:
+    if options.method not in METHODS:
+        raise FlashError(f"unknown --method {options.method!r} for an Orin; choose one of: {', '.join(METHODS)}")
+    if options.method == "sdcard" and target.storage != "sdcard":
+        raise FlashError(
+            f"{target.yocto_machine} keeps its rootfs on NVMe, not an SD card: use --method external "
+            "(drive on this host) or --method full"
+        )
+    if options.method == "external" and target.storage != "nvme":
+        raise FlashError(f"{target.yocto_machine} boots from its SD card: use --method sdcard or --method full")
+    if options.method == "external" and not options.device:
+        raise FlashError("--method external needs --device /dev/sdX (the NVMe drive in its USB adapter)")
+    if options.method in USB_METHODS and options.device:
+        raise FlashError(f"--method {options.method} writes the board over USB; --device is only for "
+                         "--method sdcard or external")
+
+
+def run_orin_flash(
+    options: FlashOptions, yocto_machine: str, interactive: bool | None = None
+) -> list[str]:
+    """Flash an Orin; returns summary lines. Raises FlashError, having written nothing to a
+    device that fails the safety checks and run no script when the board or host is not ready."""
+    interactive = sys.stdin.isatty() if interactive is None else interactive
+    target = orin_target(yocto_machine)
+    if options.provisioning.wanted:
+        # Provisioning is written onto the A/B data partition; the Orin image has no A/B
+        # updater and so no data partition yet (docs/layer.md, "Jetson Orin").
+        raise FlashError(
+            "--server-url/--token-file/--role/--label need an image with a data partition (A/B updates), "
+            "which the Orin image does not have yet: flash without them and write "
+            "/etc/rancher/k3s/config.yaml on the board (docs/layer.md, Joining a cluster)"
+        )
+    if options.sd_image is not None:
+        raise FlashError("--sd-image is for the Nano; for an Orin write the SD card with --method sdcard --device")
+    check_method(options, target)
+    package = tegraflash_package(options, target)
+    over_usb = options.method in USB_METHODS
+    if options.device:
+        # Refuse an unsafe device now, before unpacking gigabytes; the size is checked later.
+        refuse_unsafe_target(options, image_size=0)
+    check_host_tools(options, over_usb)
+    board = find_board(options, target) if over_usb else None
+    with tempfile.TemporaryDirectory(prefix="gpu-k8s-flash-") as temp:
+        workdir = Path(temp)
+        unpack(package, workdir, options.dry_run)
+        if over_usb:
+            return [initrd_flash(options, board, workdir)]
+        if options.device:
+            return [write_with_script(options, target, workdir, interactive)]
+        return [make_sd_image(options, target, workdir)]
+
+
+def is_orin(yocto_machine: str) -> bool:
+    return yocto_machine in ORIN_TARGETS
+
+
+def flashable_machines() -> list[str]:
+    """The `--machine` names `./task flash` takes: the Nano's and every Orin one."""
+    return [name for name, target in MACHINES.items()
+            if target.yocto_machine == NANO.yocto_machine or is_orin(target.yocto_machine)]
+
+
+def flash_machine(machine: str, options: FlashOptions) -> list[str]:
+    """`./task flash --machine NAME`: the Nano's path (tools/flash.py) or the Orin's."""
+    if machine not in flashable_machines():
+        raise FlashError(f"--machine {machine!r} cannot be flashed; choose one of: {', '.join(flashable_machines())}")
+    yocto_machine = MACHINES[machine].yocto_machine
+    if is_orin(yocto_machine):
+        return run_orin_flash(options, yocto_machine)
+    return run_flash(options)
