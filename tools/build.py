@@ -34,6 +34,16 @@ MACHINES: dict[str, MachineTarget] = {
     # stack is off there by default (its Go cannot build toolkit 1.20)
     "x86-64-scarthgap": MachineTarget("kas/x86-64-scarthgap.yml", "genericx86-64", "gpu-k8s-image", (req.X86_64,)),
     "jetson-nano": MachineTarget("kas/jetson-nano.yml", "jetson-nano-devkit", "gpu-k8s-image", (req.JETSON,)),
+    # Jetson Orin (wrynose): the Orin Nano devkit with its rootfs on NVMe; the other Orin
+    # machines are the same kas file with a machine override (docs/layer.md, "Jetson Orin").
+    "jetson-orin-nano": MachineTarget(
+        "kas/jetson-orin-nano.yml", "jetson-orin-nano-devkit-nvme", "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN)),
+    "jetson-orin-nano-sd": MachineTarget(
+        "kas/jetson-orin-nano.yml:kas/include/machine-jetson-orin-nano-devkit.yml", "jetson-orin-nano-devkit",
+        "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN)),
+    "jetson-agx-orin": MachineTarget(
+        "kas/jetson-orin-nano.yml:kas/include/machine-jetson-agx-orin-devkit.yml", "jetson-agx-orin-devkit",
+        "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN)),
 }
 DEFAULT_MACHINE = "qemu"
 
@@ -206,12 +216,14 @@ def kas_env_names(kas_file: Path, root: Path = REPO_ROOT) -> set[str]:
     return names
 
 
-def settings_kas_drops(env: Mapping[str, str], kas_file: Path, root: Path = REPO_ROOT) -> list[str]:
+def settings_kas_drops(env: Mapping[str, str], kas_files: Path | list[Path],
+                       root: Path = REPO_ROOT) -> list[str]:
     """Settings we would pass that kas would not hand on to bitbake."""
+    files = [kas_files] if isinstance(kas_files, Path) else kas_files
     wanted = [name for name in NEEDS_KAS_ENV_ENTRY if env.get(name)]
-    if not wanted or not kas_file.is_file():
+    if not wanted or not any(path.is_file() for path in files):
         return []
-    listed = kas_env_names(kas_file, root)
+    listed = set().union(*(kas_env_names(path, root) for path in files))
     return [name for name in wanted if name not in listed]
 
 
@@ -235,14 +247,16 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
     command = kas_build_command(options, environ)
     console.step(f"building {image} for {options.machine} ({target.yocto_machine}) with {target.kas_file}")
 
-    kas_file = REPO_ROOT / target.kas_file
-    if not kas_file.exists() and not options.dry_run:
+    # A machine may name the kas file with overrides after it (a.yml:b.yml): all must exist.
+    kas_files = [REPO_ROOT / part for part in target.kas_file.split(":")]
+    absent = [str(path.relative_to(REPO_ROOT)) for path in kas_files if not path.exists()]
+    if absent and not options.dry_run:
         raise BuildError(
-            f"{target.kas_file} does not exist; the layer's kas files are missing from this checkout "
+            f"{', '.join(absent)} does not exist; the layer's kas files are missing from this checkout "
             "(or renamed: update MACHINES in tools/build.py)"
         )
-    if not kas_file.exists():
-        console.warn(f"{target.kas_file} does not exist yet (continuing: --dry-run)")
+    if absent:
+        console.warn(f"{', '.join(absent)} does not exist yet (continuing: --dry-run)")
 
     console.step("checking the build host")
     problems = refuse_unfit_host(options, {**environ, **command.env})
@@ -257,7 +271,7 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
     else:
         console.info("host is fit: disk, tools, user and locale are fine")
 
-    dropped = settings_kas_drops(command.env, kas_file)
+    dropped = settings_kas_drops(command.env, kas_files)
     if dropped:
         console.warn(
             f"{', '.join(dropped)} will not reach bitbake: kas forwards only the environment variables a kas "

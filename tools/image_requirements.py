@@ -14,6 +14,7 @@ import yaml
 from tools.paths import REPO_ROOT
 
 JETSON = "jetson"
+JETSON_ORIN = "jetson-orin"  # with JETSON: a tegra234 (Orin) MACHINE, L4T R39.2 on wrynose
 X86_64 = "x86-64"
 QEMU = "qemu"
 NVIDIA = "nvidia"  # the x86-64 discrete-GPU stack (GPU_K8S_NVIDIA = "1")
@@ -88,6 +89,8 @@ def machine_classes(overrides: Collection[str], target_arch: str, nvidia: bool =
     classes = []
     if "tegra" in overrides:
         classes.append(JETSON)
+    if "tegra234" in overrides:
+        classes.append(JETSON_ORIN)
     if target_arch == "x86_64":
         classes.append(X86_64)
     if "qemuall" in overrides:
@@ -114,7 +117,44 @@ def _common() -> list[Requirement]:
     ]
 
 
-def _jetson(cuda_packages: Sequence[str]) -> list[Requirement]:
+def _jetson_orin() -> list[Requirement]:
+    """Orin (tegra234) on meta-tegra wrynose: the GPU driver is out of tree (nvidia-kernel-oot)
+    and container toolkit 1.19 runs in CSV mode with the config its unit writes at boot."""
+    return [
+        Requirement(("nv-kernel-module-nvgpu",),
+                    "the Orin GPU driver, built out of tree by nvidia-kernel-oot: without it there is no "
+                    "/dev/nvgpu/igpu0/*, discovery finds no GPU and GPU pods stay Pending", module="nvgpu"),
+        Requirement(("nv-kernel-module-nvmap",),
+                    "/dev/nvmap, the memory allocator CUDA and the GPU driver share: no CUDA allocation without it",
+                    module="nvmap"),
+        Requirement(("nv-kernel-module-host1x",),
+                    "host1x syncpoints (/dev/host1x-fence): the GPU's job submission waits on them", module="host1x"),
+        Requirement(("tegra-firmware-tegra234",),
+                    "the GPU's microcode (/lib/firmware/nvidia/ga10b): nvgpu does not start the GPU without it"),
+        Requirement(("tegra-configs-udev",), "udev rules that give /dev/nvgpu/*, /dev/nvmap and /dev/host1x-fence "
+                    "the group and permissions containers need"),
+        Requirement(("tegra-libraries-cuda",),
+                    "libcuda.so.1 for the nvgpu driver: containers get it from the host (CSV mode); no CUDA "
+                    "without it"),
+        Requirement(("nvidia-container-toolkit",),
+                    "nvidia-container-runtime (docker's default runtime, k3s's containerd's too), its hook, and the "
+                    "unit that writes its CSV-mode config at boot: without it no container starts on the GPU"),
+        Requirement(("libnvidia-container-tools",), "nvidia-container-cli, which the runtime's hook runs"),
+        Requirement(("tegra-configs-container-csv",),
+                    "devices.csv and drivers.csv: which device nodes and host libraries go into a GPU container"),
+        Requirement(("tegra-container-passthrough",),
+                    "the alternate root the runtime's CSV mode mounts host libraries from (meta-tegra's config)"),
+        Requirement(("nv-tegra-release",),
+                    "/etc/nv_tegra_release: the L4T release the plugin labels nodes with and the runtime checks"),
+    ]
+
+
+def _jetson(cuda_packages: Sequence[str], orin: bool = False) -> list[Requirement]:
+    if orin:
+        requirements = _jetson_orin()
+        requirements += [Requirement((package,), "GPU_K8S_CUDA asks for it (CUDA userspace for pods)")
+                         for package in cuda_packages if package != "tegra-libraries-cuda"]
+        return requirements
     requirements = [
         Requirement(("kernel-module-nvgpu",),
                     "the GPU driver (a module on L4T R32): without it there is no /dev/nvhost-gpu, "
@@ -203,7 +243,7 @@ def requirements_for(classes: Collection[str], cuda_packages: Sequence[str] = ()
                      k3s_requirements: Path = K3S_KERNEL_REQUIREMENTS) -> list[Requirement]:
     requirements = _common()
     if JETSON in classes:
-        requirements += _jetson(cuda_packages)
+        requirements += _jetson(cuda_packages, orin=JETSON_ORIN in classes)
     if X86_64 in classes:
         requirements += _x86_64(k3s_requirements)
     if QEMU in classes:

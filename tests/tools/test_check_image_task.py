@@ -110,7 +110,8 @@ def test_check_image_task_exits_1_with_one_line_for_a_bad_machine() -> None:
     )
     assert completed.returncode == 1
     assert completed.stderr.strip().splitlines() == [
-        "error: unknown machine 'rpi'; choose one of: qemu, x86-64, x86-64-scarthgap, jetson-nano"]
+        "error: unknown machine 'rpi'; choose one of: qemu, x86-64, x86-64-scarthgap, jetson-nano, "
+        "jetson-orin-nano, jetson-orin-nano-sd, jetson-agx-orin"]
     assert "Traceback" not in completed.stdout + completed.stderr
 
 

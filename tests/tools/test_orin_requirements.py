@@ -1,0 +1,73 @@
+"""check-image / build for a Jetson Orin: the tegra234 list (meta-tegra wrynose's out-of-tree
+GPU driver, toolkit 1.19 in CSV mode) applies instead of the Nano's, from the same closure
+the probe reports, and every missing piece says why it matters."""
+
+from __future__ import annotations
+
+from tools import build, check_image
+from tools import image_closure as ic
+from tools import image_requirements as req
+
+# MACHINEOVERRIDES of jetson-orin-nano-devkit-nvme as meta-tegra wrynose's machine includes
+# compose them (tegra-common.inc prepends cuda:tegra:, soc-family.inc tegra234:).
+ORIN_OVERRIDES = ["aarch64", "armv8-2a", "cuda", "tegra", "tegra234", "orin-nano", "jetson-orin-nano-devkit",
+                  "jetson-orin-nano-devkit-nvme"]
+NANO_OVERRIDES = ["aarch64", "armv8a", "tegra210", "cuda", "tegra", "jetson-nano-devkit"]
+COMMON = ["docker-moby", "k3s", "k3s-server", "gpu-device-plugin", "python3-grpcio", "python3-protobuf",
+          "python3-pyyaml", "gpu-k8s-docker-config"]
+ORIN_GPU = ["nv-kernel-module-nvgpu", "nv-kernel-module-nvmap", "nv-kernel-module-host1x", "tegra-firmware-tegra234",
+            "tegra-configs-udev", "tegra-libraries-cuda", "nvidia-container-toolkit", "libnvidia-container-tools",
+            "tegra-configs-container-csv", "tegra-container-passthrough", "nv-tegra-release", "cuda-cudart"]
+
+
+def result(installed: list[str], overrides: list[str]) -> check_image.ProbeResult:
+    closure = ic.Closure()
+    for name in installed:
+        closure.installed[name] = ic.Installed(name, name, ic.BY_PACKAGE, name, ic.IMAGE, ic.IMAGE)
+    return check_image.ProbeResult.from_json({
+        "image": "gpu-k8s-image", "machine": overrides[-1], "machineoverrides": overrides,
+        "target_arch": "aarch64", "cuda_level": "runtime", "cuda_packages": ["tegra-libraries-cuda", "cuda-cudart"],
+        "closure": closure.to_json()})
+
+
+def test_orin_overrides_select_the_orin_list_and_the_nanos_do_not() -> None:
+    assert req.machine_classes(ORIN_OVERRIDES, "aarch64") == [req.JETSON, req.JETSON_ORIN]
+    assert req.machine_classes(NANO_OVERRIDES, "aarch64") == [req.JETSON]
+
+
+def test_a_complete_orin_closure_passes() -> None:
+    findings = check_image.closure_findings(result(COMMON + ORIN_GPU, ORIN_OVERRIDES))
+    assert [f.requirement.label for f in findings if not f.ok] == []
+    labels = {f.requirement.label for f in findings}
+    # The Nano's R32 pieces are not asked of an Orin: its toolkit package holds the runtime.
+    assert not labels & {"kernel-module-nvgpu", "nvidia-container-runtime", "tegra-libraries-cuda-container-csv"}
+
+
+def test_the_nanos_closure_on_an_orin_misses_the_orin_driver_and_says_why() -> None:
+    nano_gpu = ["kernel-module-nvgpu", "tegra-configs-udev", "tegra-libraries-cuda", "nvidia-container-runtime",
+                "nvidia-container-toolkit", "libnvidia-container-tools", "tegra-libraries-cuda-container-csv",
+                "cuda-cudart"]
+    probe = result(COMMON + nano_gpu, ORIN_OVERRIDES)
+    findings = check_image.closure_findings(probe)
+    missing = [f.requirement.label for f in findings if not f.ok]
+    assert missing == ["nv-kernel-module-nvgpu", "nv-kernel-module-nvmap", "nv-kernel-module-host1x",
+                       "tegra-firmware-tegra234", "tegra-configs-container-csv", "tegra-container-passthrough",
+                       "nv-tegra-release"]
+    report = "\n".join(check_image.report(probe, findings))
+    assert "MISSING  nv-kernel-module-nvgpu: the Orin GPU driver, built out of tree by nvidia-kernel-oot" in report
+    assert "(jetson, jetson-orin)" in report and "7 of 20 required pieces missing" in report
+
+
+def test_a_builtin_nvgpu_satisfies_the_driver_after_a_build() -> None:
+    findings = req.evaluate(req.requirements_for([req.JETSON, req.JETSON_ORIN]), lambda name: None,
+                            builtin_modules={"nvgpu"})
+    assert next(f for f in findings if f.requirement.label == "nv-kernel-module-nvgpu").satisfied_by == (
+        "built into the kernel")
+
+
+def test_every_orin_machine_is_checked_against_the_orin_list() -> None:
+    for name in ("jetson-orin-nano", "jetson-orin-nano-sd", "jetson-agx-orin"):
+        target = build.MACHINES[name]
+        assert target.kinds == (req.JETSON, req.JETSON_ORIN), name
+        assert target.kas_file.split(":")[0] == "kas/jetson-orin-nano.yml"
+    assert build.MACHINES["jetson-nano"].kinds == (req.JETSON,)
