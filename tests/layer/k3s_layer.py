@@ -22,6 +22,7 @@ REQUIREMENTS = K3S_DIR / "k3s-kernel-requirements.yaml"
 # Machine overrides, least to most specific, as bitbake applies them (MACHINEOVERRIDES).
 MACHINES = {
     "jetson-nano-devkit": ("tegra", "tegra210"),
+    "jetson-orin-nano-devkit-nvme": ("tegra", "tegra234"),
     "genericx86-64": ("x86-64",),
     "qemux86-64": ("x86-64", "qemuall"),
 }
@@ -56,10 +57,20 @@ def resolve(bb: BbFile, var: str, overrides: tuple[str, ...]) -> str:
     return " ".join(value.replace("\\\n", " ").split())
 
 
+def with_classes(recipe: BbFile, *classes: str) -> BbFile:
+    """The recipe as bitbake sees it after `inherit`: the classes' assignments first."""
+    merged = BbFile(recipe.path)
+    for name in classes:
+        assert name in recipe.inherits, f"{recipe.path.name} does not inherit {name}"
+        merged.assignments += parse(LAYER / "classes" / f"{name}.bbclass").assignments
+    merged.assignments += recipe.assignments
+    return merged
+
+
 def config_knobs(machine: str, **changes: str) -> dict[str, str]:
-    """The recipe's knobs for a machine (defaults as in the recipe and the role class)."""
+    """The recipe's knobs for a machine (defaults as in the recipe, the platform and role classes)."""
     overrides = MACHINES[machine]
-    recipe = parse(CONFIG_RECIPE)
+    recipe = with_classes(parse(CONFIG_RECIPE), "gpu_k8s_platform")
     role_class = parse(LAYER / "classes/gpu_k8s_role.bbclass")
     knobs = {
         "role": resolve(role_class, "GPU_K8S_K3S_ROLE", overrides),

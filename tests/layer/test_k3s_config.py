@@ -19,6 +19,7 @@ from k3s_layer import (
     renderer_module,
     resolve,
     run_renderer,
+    with_classes,
 )
 from layer_paths import LAYER
 from nvidia_layer import nvidia_default
@@ -28,6 +29,14 @@ DOCKER_DIR = LAYER / "recipes-containers/gpu-k8s-docker-config"
 KNOWN_KEYS = {"docker", "kubelet-arg+", "default-runtime", "disable+", "disable-network-policy",
               "pause-image", "node-label+"}
 SERVER_ONLY = {"disable+", "disable-network-policy"}
+
+
+def daemon_json_for(machine: str) -> str:
+    """The daemon.json FILESPATH gives the machine: its most specific override directory."""
+    for override in reversed(MACHINES[machine]):
+        if (DOCKER_DIR / "files" / override / "daemon.json").exists():
+            return f"{override}/daemon.json"
+    return "daemon.json"
 
 
 def quantity_mib(text: str) -> float:
@@ -53,14 +62,14 @@ def test_docker_mode_runs_pods_through_docker_with_dockers_cgroup_driver(tmp_pat
     files = render_for(machine, tmp_path, runtime="docker")
     runtime = files["10-gpu-k8s-runtime.yaml"]
     assert runtime["docker"] is True and "default-runtime" not in runtime
-    daemon = "tegra/daemon.json" if "tegra" in MACHINES[machine] else "daemon.json"
+    daemon = daemon_json_for(machine)
     opts = dict(o.split("=", 1) for o in json.loads((DOCKER_DIR / "files" / daemon).read_text())["exec-opts"])
     assert kubelet_args(files)["cgroup-driver"] == opts["native.cgroupdriver"]
 
 
-def test_cgroup_driver_per_machine_cgroupfs_on_the_nano_systemd_on_x86(tmp_path):
+def test_cgroup_driver_per_machine_cgroupfs_on_the_nano_systemd_on_orin_and_x86(tmp_path):
     assert kubelet_args(render_for("jetson-nano-devkit", tmp_path / "n"))["cgroup-driver"] == "cgroupfs"
-    for machine in ("genericx86-64", "qemux86-64"):
+    for machine in ("jetson-orin-nano-devkit-nvme", "genericx86-64", "qemux86-64"):
         assert kubelet_args(render_for(machine, tmp_path / machine))["cgroup-driver"] == "systemd"
 
 
@@ -76,14 +85,15 @@ def test_containerd_mode_leaves_docker_and_the_cgroup_driver_to_k3s(tmp_path, ma
         assert "default-runtime" not in runtime, "no nvidia-container-runtime on this machine"
 
 
-def test_docker_default_runtime_matches_on_jetson():
-    daemon = json.loads((DOCKER_DIR / "files/tegra/daemon.json").read_text())
+@pytest.mark.parametrize("machine", ["jetson-nano-devkit", "jetson-orin-nano-devkit-nvme"])
+def test_docker_default_runtime_matches_on_jetson(machine):
+    daemon = json.loads((DOCKER_DIR / "files" / daemon_json_for(machine)).read_text())
     assert daemon["default-runtime"] == "nvidia"
 
 
-def test_nano_kubelet_accepts_cgroup_v1_and_x86_does_not_need_to(tmp_path):
+def test_nano_kubelet_accepts_cgroup_v1_and_orin_and_x86_do_not_need_to(tmp_path):
     assert kubelet_args(render_for("jetson-nano-devkit", tmp_path / "n"))["fail-cgroupv1"] == "false"
-    for machine in ("genericx86-64", "qemux86-64"):
+    for machine in ("jetson-orin-nano-devkit-nvme", "genericx86-64", "qemux86-64"):
         assert "fail-cgroupv1" not in kubelet_args(render_for(machine, tmp_path / machine))
 
 
@@ -111,15 +121,15 @@ def test_nano_kubelet_reserves_memory_and_evicts_before_the_4gb_run_out(tmp_path
     assert low < high < disk_eviction, "image GC must run before the disk eviction threshold"
 
 
-def test_x86_keeps_k3s_kubelet_defaults(tmp_path):
-    for machine in ("genericx86-64", "qemux86-64"):
+def test_orin_and_x86_keep_k3s_kubelet_defaults(tmp_path):
+    for machine in ("jetson-orin-nano-devkit-nvme", "genericx86-64", "qemux86-64"):
         args = kubelet_args(render_for(machine, tmp_path / machine))
         assert not {"system-reserved", "kube-reserved", "eviction-hard"} & set(args)
 
 
 def test_nano_is_an_agent_by_default_and_a_nano_server_runs_few_add_ons(tmp_path):
     assert config_knobs("jetson-nano-devkit")["role"] == "agent"
-    for machine in ("genericx86-64", "qemux86-64"):
+    for machine in ("jetson-orin-nano-devkit-nvme", "genericx86-64", "qemux86-64"):
         assert config_knobs(machine)["role"] == "server"
     agent = render_for("jetson-nano-devkit", tmp_path / "agent")
     assert not any(SERVER_ONLY & set(conf) for conf in agent.values()), "server flags in an agent's config"
@@ -141,7 +151,8 @@ def test_qemu_pulls_nothing_from_a_registry(tmp_path):
 def test_airgap_images_on_for_qemu_off_for_the_nano_sd_card():
     recipe = parse(CONFIG_RECIPE)
     values = {m: resolve(recipe, "GPU_K8S_K3S_AIRGAP_IMAGES", o) for m, o in MACHINES.items()}
-    assert values == {"jetson-nano-devkit": "0", "genericx86-64": "0", "qemux86-64": "1"}
+    assert values == {"jetson-nano-devkit": "0", "jetson-orin-nano-devkit-nvme": "0", "genericx86-64": "0",
+                      "qemux86-64": "1"}
     assert "${GPU_K8S_AIRGAP_PACKAGE}" in recipe.words("RDEPENDS", "${PN}")
     assert "'k3s-airgap-images' if d.getVar('GPU_K8S_K3S_AIRGAP_IMAGES') == '1' and " \
         "bb.utils.contains('DISTRO_FEATURES', 'gpu-k8s', True, False, d)" in recipe.value("GPU_K8S_AIRGAP_PACKAGE")
@@ -250,3 +261,21 @@ def test_docker_ordering_drop_in_only_in_docker_mode():
     install = parse(CONFIG_RECIPE).tasks["do_install"]
     assert 'if [ "${GPU_K8S_K3S_RUNTIME}" = "docker" ]; then' in install
 
+
+
+def test_an_orin_server_keeps_its_add_ons_and_network_policy(tmp_path):
+    files = render_for("jetson-orin-nano-devkit-nvme", tmp_path)
+    assert "30-gpu-k8s-server.yaml" not in files, "6.8 has ipset and 8 GB: nothing to turn off"
+
+
+def test_k3s_starts_after_the_unit_that_writes_the_orin_runtime_config():
+    recipe = with_classes(parse(CONFIG_RECIPE), "gpu_k8s_platform")
+    units = {m: resolve(recipe, "GPU_K8S_NVIDIA_SETUP_UNIT", o) for m, o in MACHINES.items()}
+    assert units == {"jetson-nano-devkit": "", "jetson-orin-nano-devkit-nvme": "nvidia-container-setup.service",
+                     "genericx86-64": "", "qemux86-64": ""}
+    dropin = configparser.ConfigParser()
+    dropin.read_string((CONFIG_DIR / "files/30-gpu-k8s-nvidia-setup.conf").read_text())
+    assert dropin["Unit"]["After"] == dropin["Unit"]["Wants"] == "@UNIT@"
+    install = parse(CONFIG_RECIPE).tasks["do_install"]
+    assert 'if [ -n "${GPU_K8S_NVIDIA_SETUP_UNIT}" ]' in install
+    assert "s#@UNIT@#${GPU_K8S_NVIDIA_SETUP_UNIT}#g" in install

@@ -12,6 +12,8 @@ from layer_paths import LAYER
 
 FRAGMENTS = {
     "linux-tegra": LAYER / "dynamic-layers/tegra/recipes-kernel/linux/linux-tegra/gpu-k8s-containers.cfg",
+    "linux-noble-nvidia-tegra": LAYER / "dynamic-layers/tegra/recipes-kernel/linux/linux-noble-nvidia-tegra/"
+    "gpu-k8s-containers.cfg",
     "linux-yocto": LAYER / "recipes-kernel/linux/linux-yocto/gpu-k8s-k3s.cfg",
 }
 
@@ -39,13 +41,31 @@ def test_fragment_enables_everything_k3s_check_config_requires(kernel):
 def test_fragment_leaves_out_what_the_list_explains(kernel):
     options = kernel_fragment(FRAGMENTS[kernel])
     for name in requirements()["not_enabled"]:
-        if kernel == "linux-tegra" or name == "RT_GROUP_SCHED":
+        if kernel != "linux-yocto" or name == "RT_GROUP_SCHED":
             assert options.get(name) not in ("y", "m"), f"{kernel} enables {name}"
 
 
-def test_nano_fragment_builds_everything_in():
-    options = kernel_fragment(FRAGMENTS["linux-tegra"])
-    assert {o for o, v in options.items() if v == "m"} == set(), "no module autoloading on the Nano"
+@pytest.mark.parametrize("kernel", ["linux-tegra", "linux-noble-nvidia-tegra"])
+def test_jetson_fragments_build_everything_in(kernel):
+    options = kernel_fragment(FRAGMENTS[kernel])
+    assert {o for o, v in options.items() if v == "m"} == set(), "no module autoloading on a Jetson"
+
+
+# Options the 6.8 kernel's arm64 defconfig builds as modules that the built-in ones above
+# depend on: a =y request under a =m dependency silently ends as =m.
+ORIN_BUILTIN_DEPENDENCIES = ("IPV6", "NETFILTER_XTABLES", "NF_CONNTRACK", "IP_NF_IPTABLES", "IP6_NF_IPTABLES",
+                             "BRIDGE", "NETFILTER_ADVANCED")
+# Kconfig symbols 4.9 had and 6.8 no longer has (merged into NF_CONNTRACK / NF_NAT / NF_NAT_MASQUERADE).
+GONE_IN_6_8 = ("NF_CONNTRACK_IPV4", "NF_CONNTRACK_IPV6", "NF_NAT_IPV4", "NF_NAT_IPV6", "NF_NAT_MASQUERADE_IPV4",
+               "NF_NAT_MASQUERADE_IPV6")
+
+
+def test_orin_fragment_builds_in_what_its_options_depend_on_and_names_only_6_8_symbols():
+    options = kernel_fragment(FRAGMENTS["linux-noble-nvidia-tegra"])
+    assert all(options.get(name) == "y" for name in ORIN_BUILTIN_DEPENDENCIES), ORIN_BUILTIN_DEPENDENCIES
+    assert not set(GONE_IN_6_8) & set(options)
+    # cgroup v2: runc grants device access (the GPU's nodes too) with eBPF on the cgroup
+    assert options["CGROUP_BPF"] == options["BPF_SYSCALL"] == "y"
 
 
 def test_x86_module_packages_are_what_k3s_recommends():
@@ -60,6 +80,8 @@ def test_x86_module_packages_are_what_k3s_recommends():
 @pytest.mark.parametrize(("append", "klass", "fragment"), [
     ("dynamic-layers/tegra/recipes-kernel/linux/linux-tegra_%.bbappend", "gpu_k8s_linux_tegra",
      "gpu-k8s-containers.cfg"),
+    ("dynamic-layers/tegra/recipes-kernel/linux/linux-noble-nvidia-tegra_%.bbappend", "gpu_k8s_linux_tegra",
+     "gpu-k8s-containers.cfg"),
     ("recipes-kernel/linux/linux-yocto_%.bbappend", "gpu_k8s_linux_yocto", "gpu-k8s-k3s.cfg"),
 ])
 def test_fragment_reaches_its_kernel_through_the_gated_class(append, klass, fragment):
@@ -68,3 +90,18 @@ def test_fragment_reaches_its_kernel_through_the_gated_class(append, klass, frag
     assert f"file://{fragment}" in bb.words("SRC_URI")
     extra = re.search(r"'\$\{THISDIR\}/([\w-]+):'", parse(LAYER / append).value("FILESEXTRAPATHS", "prepend"))
     assert (LAYER / append).parent.joinpath(extra.group(1), fragment).exists()
+
+
+# The one series whose meta-tegra branch has each Jetson kernel recipe; elsewhere the bbappend
+# would dangle (a parse error), so conf/series/<series>.inc masks it.
+KERNEL_SERIES = {"linux-tegra_%.bbappend": "kirkstone", "linux-noble-nvidia-tegra_%.bbappend": "wrynose"}
+
+
+@pytest.mark.parametrize(("append", "series"), sorted(KERNEL_SERIES.items()))
+def test_each_jetson_kernel_append_is_parsed_only_on_its_series(append, series):
+    path = LAYER / "dynamic-layers/tegra/recipes-kernel/linux" / append
+    for candidate in ("kirkstone", "scarthgap", "wrynose"):
+        text = (LAYER / "conf/series" / f"{candidate}.inc").read_text()
+        masks = [m.replace("${GPU_K8S_LAYERDIR}", str(LAYER))
+                 for m in re.findall(r'^BBMASK \+= "([^"]*)"$', text, re.M)]
+        assert any(re.search(m, str(path)) for m in masks) == (candidate != series), (candidate, append)

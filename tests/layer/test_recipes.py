@@ -15,6 +15,7 @@ K3S_DIR = LAYER / "recipes-containers/gpu-k8s-k3s-config"
 DOCKER_DIR = LAYER / "recipes-containers/gpu-k8s-docker-config"
 PRELOAD_DIR = LAYER / "recipes-containers/gpu-k8s-preload-images"
 TEGRA = LAYER / "dynamic-layers/tegra"
+PLATFORM_CLASS = LAYER / "classes/gpu_k8s_platform.bbclass"
 
 
 def plugin_recipe():
@@ -139,8 +140,9 @@ def daemon_json(override_dir=""):
     return json.loads((DOCKER_DIR / "files" / override_dir / "daemon.json").read_text())
 
 
-def test_docker_default_runtime_is_nvidia_on_jetson():
-    conf = daemon_json("tegra")
+@pytest.mark.parametrize("soc", ["tegra", "tegra234"])
+def test_docker_default_runtime_is_nvidia_on_jetson(soc):
+    conf = daemon_json(soc)
     assert conf["default-runtime"] == "nvidia"
     assert conf["runtimes"]["nvidia"]["path"] == "/usr/bin/nvidia-container-runtime"
 
@@ -150,9 +152,15 @@ def test_docker_default_runtime_is_untouched_without_nvidia_runtime():
     assert "default-runtime" not in conf, "x86-64/QEMU images have no nvidia-container-runtime"
 
 
-def test_docker_config_pulls_the_nvidia_runtime_on_jetson():
+def test_docker_config_pulls_the_package_holding_the_nvidia_runtime_on_jetson():
     bb = parse(DOCKER_DIR / "gpu-k8s-docker-config_1.0.bb")
-    assert "nvidia-container-runtime" in bb.words("RDEPENDS", "${PN}", "append", "tegra")
+    assert "gpu_k8s_platform" in bb.inherits
+    assert bb.words("RDEPENDS", "${PN}", "append", "tegra") == ["${GPU_K8S_NVIDIA_RUNTIME_PACKAGE}"]
+    platform = parse(PLATFORM_CLASS)
+    # R32's toolkit 1.0.5 has a separate runtime package; toolkit 1.19 (Orin) ships the binary itself.
+    assert platform.value("GPU_K8S_NVIDIA_RUNTIME_PACKAGE", "tegra210") == "nvidia-container-runtime"
+    assert platform.value("GPU_K8S_NVIDIA_RUNTIME_PACKAGE", "tegra") == "nvidia-container-toolkit"
+    assert platform.value("GPU_K8S_NVIDIA_RUNTIME_PACKAGE") == ""
 
 
 def test_nvidia_docker_no_longer_ships_a_competing_daemon_json():
@@ -187,7 +195,10 @@ def test_packagegroup_carries_the_stack():
     rdepends = set(group.words("RDEPENDS", "${PN}"))
     assert {"docker", "gpu-device-plugin", "gpu-k8s-docker-config", "gpu-k8s-k3s-config"} <= rdepends
     tegra = set(group.words("RDEPENDS", "${PN}", "append", "tegra"))
-    assert {"nvidia-container-runtime", "nvidia-container-toolkit", "libnvidia-container-tools"} <= tegra
+    assert {"${GPU_K8S_NVIDIA_CONTAINER_PACKAGES}", "${GPU_K8S_CUDA_PACKAGES}"} <= tegra
+    assert "gpu_k8s_platform" in group.inherits
+    stack = parse(PLATFORM_CLASS).words("GPU_K8S_NVIDIA_CONTAINER_PACKAGES", "tegra")
+    assert {"libnvidia-container-tools", "nvidia-container-toolkit", "${GPU_K8S_NVIDIA_RUNTIME_PACKAGE}"} <= set(stack)
     assert "gpu-k8s-preload-images" in group.words("RDEPENDS", "${PN}", "append", "qemuall")
 
 
@@ -212,7 +223,9 @@ def test_dev_image_enables_root_ssh_login_explicitly():
 
 def test_image_fstypes_and_qemu_resources():
     bb, _ = image_features("gpu-k8s-image")
-    assert "tegraflash" in bb.words("IMAGE_FSTYPES", "append", "tegra")
+    # R32's image type; meta-tegra wrynose (Orin) adds tegraflash-tar.zst itself and has no "tegraflash"
+    assert "tegraflash" in bb.words("IMAGE_FSTYPES", "append", "tegra210")
+    assert not bb.values("IMAGE_FSTYPES", "append", "tegra")
     assert "ext4" in bb.words("IMAGE_FSTYPES", "append", "qemuall")
     mem = int(re.search(r"-m\s+(\d+)", bb.value("QB_MEM")).group(1))
     assert mem >= 2048, f"k3s needs at least 2 GiB in QEMU, QB_MEM gives {mem} MiB"

@@ -40,6 +40,14 @@ def recipe(pn: str, packages=None, rdepends=None, rrecommends=None, dynamic=(), 
     )
 
 
+def nano_container_packages() -> list[str]:
+    """GPU_K8S_NVIDIA_CONTAINER_PACKAGES for the Nano (tegra210), from classes/gpu_k8s_platform."""
+    platform = parse(LAYER / "classes/gpu_k8s_platform.bbclass")
+    runtime = platform.value("GPU_K8S_NVIDIA_RUNTIME_PACKAGE", "tegra210")
+    return [runtime if word == "${GPU_K8S_NVIDIA_RUNTIME_PACKAGE}" else word
+            for word in platform.words("GPU_K8S_NVIDIA_CONTAINER_PACKAGES", "tegra")]
+
+
 def packagegroup_words(var_overrides: tuple[str, ...], cuda_level: str = "runtime") -> list[str]:
     """The packagegroup's list as the layer writes it, with the CUDA knob expanded."""
     bb = parse(LAYER / "recipes-core/packagegroups/packagegroup-gpu-k8s.bb")
@@ -56,6 +64,8 @@ def packagegroup_words(var_overrides: tuple[str, ...], cuda_level: str = "runtim
             expanded.append("k3s-server")
         elif word == "${GPU_K8S_KERNEL_MODULES}":
             expanded += bb.words("GPU_K8S_KERNEL_MODULES")
+        elif word == "${GPU_K8S_NVIDIA_CONTAINER_PACKAGES}":
+            expanded += nano_container_packages()
         else:
             expanded.append(word)
     return expanded

@@ -1,5 +1,5 @@
 SUMMARY = "Docker daemon configuration for GPU Kubernetes nodes"
-DESCRIPTION = "Installs /etc/docker/daemon.json: cgroupfs driver to match the k3s kubelet, \
+DESCRIPTION = "Installs /etc/docker/daemon.json: the cgroup driver the k3s kubelet uses too, \
 and the NVIDIA runtime as docker's default on Jetson and, in CDI mode, on x86-64 with the NVIDIA \
 stack, so GPU pods need no runtimeClassName."
 HOMEPAGE = "https://github.com/meta-gpu-k8s/meta-gpu-k8s"
@@ -13,11 +13,13 @@ SRC_URI = "file://daemon.json \
 
 S = "${UNPACKDIR}"
 
-inherit gpu_k8s_nvidia
+inherit gpu_k8s_nvidia gpu_k8s_platform
 
-# daemon.json differs per machine (files/tegra/daemon.json on Jetson), and on x86-64 with the
-# NVIDIA stack (GPU_K8S_NVIDIA) is daemon-nvidia-cdi.json: the toolkit's runtime in CDI mode
-# as the default, and docker's own CDI for `docker run --device nvidia.com/gpu=all`.
+# daemon.json differs per machine: files/tegra/ (Nano: cgroupfs on cgroup v1) and
+# files/tegra234/ (Orin: systemd driver on cgroup v2) hold the Jetson ones, whose driver must be
+# GPU_K8S_CGROUP_DRIVER's (classes/gpu_k8s_platform.bbclass; a test keeps them equal); on
+# x86-64 with the NVIDIA stack (GPU_K8S_NVIDIA) it is daemon-nvidia-cdi.json: the toolkit's
+# runtime in CDI mode as the default, and docker's own CDI for `docker run --device nvidia.com/gpu=all`.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 GPU_K8S_DOCKER_DAEMON_JSON = "${@'daemon-nvidia-cdi.json' if d.getVar('GPU_K8S_NVIDIA') == '1' else 'daemon.json'}"
 
@@ -29,5 +31,5 @@ do_install() {
 CONFFILES:${PN} = "${sysconfdir}/docker/daemon.json"
 
 RDEPENDS:${PN} = "docker"
-RDEPENDS:${PN}:append:tegra = " nvidia-container-runtime"
+RDEPENDS:${PN}:append:tegra = " ${GPU_K8S_NVIDIA_RUNTIME_PACKAGE}"
 RDEPENDS:${PN}:append = " ${@'nvidia-container-toolkit' if d.getVar('GPU_K8S_NVIDIA') == '1' else ''}"

@@ -13,11 +13,12 @@ SRC_URI = "file://gpu-k8s-k3s-config.py \
            file://gpu-k8s-k3s-node-name \
            file://10-gpu-k8s-node.conf \
            file://20-gpu-k8s-docker.conf \
+           file://30-gpu-k8s-nvidia-setup.conf \
 "
 
 S = "${UNPACKDIR}"
 
-inherit gpu_k8s_nvidia gpu_k8s_role python3native
+inherit gpu_k8s_nvidia gpu_k8s_role gpu_k8s_platform python3native
 
 # Everything below depends on the machine.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
@@ -26,21 +27,16 @@ PACKAGE_ARCH = "${MACHINE_ARCH}"
 # "containerd" (k3s's own; nvidia made its default runtime on Jetson).
 GPU_K8S_K3S_RUNTIME ?= "docker"
 
-# cgroups: the Nano's 4.9 kernel has v1 only (cgroupfs driver, kubelet told to accept v1);
-# x86-64 boots the unified hierarchy (gpu-k8s-image) with the systemd driver, as docker's
-# daemon.json there.
-GPU_K8S_CGROUP_V1 = "0"
-GPU_K8S_CGROUP_V1:tegra = "1"
-GPU_K8S_CGROUP_DRIVER = "systemd"
-GPU_K8S_CGROUP_DRIVER:tegra = "cgroupfs"
+# cgroups (GPU_K8S_CGROUP_V1, GPU_K8S_CGROUP_DRIVER) per machine:
+# classes/gpu_k8s_platform.bbclass. The Nano's 4.9 kernel has v1 only (cgroupfs driver,
+# kubelet told to accept v1); Orin and x86-64 run the unified hierarchy with the systemd
+# driver, as docker's daemon.json there.
 # nvidia-container-runtime: meta-tegra's on Jetson, the toolkit's (CDI mode) on x86-64 with
 # the NVIDIA stack (classes/gpu_k8s_nvidia.bbclass).
 GPU_K8S_NVIDIA_RUNTIME = "${GPU_K8S_NVIDIA}"
 GPU_K8S_NVIDIA_RUNTIME:tegra = "1"
 
-# Kubelet reservations, eviction and image GC for a 4 GB Nano ("default": k3s's defaults).
-GPU_K8S_DEFAULT_KUBELET_PROFILE = "default"
-GPU_K8S_DEFAULT_KUBELET_PROFILE:tegra210 = "small-4gb"
+# Kubelet reservations, eviction and image GC (defaults per machine in gpu_k8s_platform).
 GPU_K8S_KUBELET_PROFILE ?= "${GPU_K8S_DEFAULT_KUBELET_PROFILE}"
 
 # Site labels (space separated key=value). GPU labels come from discovery at boot.
@@ -61,9 +57,7 @@ GPU_K8S_DEFAULT_K3S_DISABLE = ""
 GPU_K8S_DEFAULT_K3S_DISABLE:tegra210 = "traefik servicelb metrics-server"
 GPU_K8S_DEFAULT_K3S_DISABLE:qemuall = "traefik servicelb metrics-server local-storage coredns"
 GPU_K8S_K3S_DISABLE ?= "${GPU_K8S_DEFAULT_K3S_DISABLE}"
-# kube-router's network policy needs ipset, which is unreliable on the 4.9 kernel: off on a Nano server.
-GPU_K8S_DEFAULT_DISABLE_NETWORK_POLICY = "0"
-GPU_K8S_DEFAULT_DISABLE_NETWORK_POLICY:tegra = "1"
+# kube-router's network policy: off on a Nano server (gpu_k8s_platform says why).
 GPU_K8S_K3S_DISABLE_NETWORK_POLICY ?= "${GPU_K8S_DEFAULT_DISABLE_NETWORK_POLICY}"
 
 # k3s's airgap images tarball (no registry needed for k3s's own images): on for QEMU, off for
@@ -101,6 +95,10 @@ do_install() {
             -e 's#@SYSCONFDIR@#${sysconfdir}#g' $dir/10-gpu-k8s-node.conf
         if [ "${GPU_K8S_K3S_RUNTIME}" = "docker" ]; then
             install -m 0644 ${UNPACKDIR}/20-gpu-k8s-docker.conf $dir/
+        fi
+        if [ -n "${GPU_K8S_NVIDIA_SETUP_UNIT}" ]; then
+            install -m 0644 ${UNPACKDIR}/30-gpu-k8s-nvidia-setup.conf $dir/
+            sed -i -e 's#@UNIT@#${GPU_K8S_NVIDIA_SETUP_UNIT}#g' $dir/30-gpu-k8s-nvidia-setup.conf
         fi
     done
 }

@@ -10,7 +10,7 @@ LICENSE = "MIT"
 # Contents differ per machine (:tegra, :qemuall), so not allarch.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 
-inherit packagegroup gpu_k8s_role gpu_k8s_nvidia
+inherit packagegroup gpu_k8s_role gpu_k8s_nvidia gpu_k8s_platform
 
 GPU_K8S_K3S_PACKAGE = "${@'k3s-agent' if d.getVar('GPU_K8S_K3S_ROLE') == 'agent' else 'k3s-server'}"
 
@@ -23,11 +23,11 @@ RDEPENDS:${PN} = " \
     gpu-k8s-k3s-config \
 "
 
-# nvidia-docker is left out: it only adds a CLI wrapper and its own daemon.json.
+# The NVIDIA container stack differs per SoC (GPU_K8S_NVIDIA_CONTAINER_PACKAGES, classes/
+# gpu_k8s_platform.bbclass). nvidia-docker is left out: a CLI wrapper with its own daemon.json.
+# The GPU driver itself comes with the machine (packagegroup-machine-base in the image).
 RDEPENDS:${PN}:append:tegra = " \
-    libnvidia-container-tools \
-    nvidia-container-runtime \
-    nvidia-container-toolkit \
+    ${GPU_K8S_NVIDIA_CONTAINER_PACKAGES} \
     ${GPU_K8S_CUDA_PACKAGES} \
 "
 RDEPENDS:${PN}:append:qemuall = " gpu-k8s-preload-images"
@@ -72,15 +72,19 @@ GPU_K8S_KERNEL_MODULES ?= " \
 "
 RRECOMMENDS:${PN} = "${GPU_K8S_KERNEL_MODULES}"
 
-# How much of the Jetson CUDA userspace goes in (docs/layer.md). On L4T R32 the container
-# runtime mounts into a container only what the host has and its CSV files list; meta-tegra
-# writes one CSV per library package, so a library missing here is missing in every pod.
-# Each level includes the ones before it:
-#   driver     tegra-libraries-cuda (libcuda.so.1)
-#   runtime    + cuda-cudart (libcudart.so.10.2): enough for l4t-base and CUDA samples
-#   libraries  + cuBLAS, cuFFT, cuRAND, cuSOLVER, cuSPARSE, NPP, NVRTC, nvGRAPH
-#   cudnn      + cuDNN 8
-#   tensorrt   + TensorRT 8 (nvinfer, parsers, plugins; needs DISTRO_FEATURES opengl)
+# How much of the Jetson CUDA userspace goes in (docs/layer.md). The container runtime mounts
+# into a container only what the host has and its CSV files list; meta-tegra writes one CSV
+# per library package, so a library missing here is missing in every pod that expects the
+# host's (on the Nano every pod; on Orin, JetPack 6/7 containers bring CUDA and need only the
+# driver). The same names on both series; each level includes the ones before it:
+#   level      Nano, L4T R32.7 (CUDA 10.2)          Orin, L4T R39.2 (CUDA 13.2)
+#   driver     tegra-libraries-cuda: libcuda.so.1    the same, for the nvgpu driver
+#   runtime    + cuda-cudart 10.2                    + cuda-cudart 13.2
+#   libraries  + cuBLAS, cuFFT, cuRAND, cuSOLVER,    + the same, cuFile, nvJitLink, nvFatbin,
+#                cuSPARSE, NPP, NVRTC, nvGRAPH          nvJPEG (no nvGRAPH)
+#   cudnn      + cuDNN 8                             + cuDNN 9.20
+#   tensorrt   + TensorRT 8                          + TensorRT 10.16 (both: nvinfer, parsers,
+#                                                       plugins; need DISTRO_FEATURES opengl)
 GPU_K8S_CUDA ??= "runtime"
 
 def gpu_k8s_cuda_levels():
