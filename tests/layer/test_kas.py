@@ -12,7 +12,7 @@ from layer_paths import KAS, REPO
 kas_includehandler = pytest.importorskip("kas.includehandler", reason="kas is in the tooling venv")
 jsonschema_validators = pytest.importorskip("jsonschema.validators")
 
-TOP_FILES = ["jetson-nano.yml", "x86-64.yml", "qemu-x86-64.yml", "x86-64-scarthgap.yml"]
+TOP_FILES = ["jetson-nano.yml", "x86-64.yml", "qemu-x86-64.yml", "x86-64-scarthgap.yml", "jetson-orin-nano.yml"]
 ALL_FILES = sorted(p for p in KAS.rglob("*.yml"))
 SERIES_FILES = {"kirkstone", "scarthgap", "wrynose"}  # kas/include/<series>.yml
 
@@ -23,6 +23,7 @@ SERIES_OF = {
     "x86-64.yml": "wrynose",
     "qemu-x86-64.yml": "wrynose",
     "x86-64-scarthgap.yml": "scarthgap",
+    "jetson-orin-nano.yml": "wrynose",  # issue 17: meta-tegra wrynose, L4T R39.2
 }
 
 # The canonical upstream URLs (issue 4) and each series' branch of them.
@@ -52,12 +53,14 @@ EXPECTED_MACHINE = {
     "x86-64.yml": "genericx86-64",
     "qemu-x86-64.yml": "qemux86-64",
     "x86-64-scarthgap.yml": "genericx86-64",
+    "jetson-orin-nano.yml": "jetson-orin-nano-devkit-nvme",
 }
 EXPECTED_TARGET = {
     "jetson-nano.yml": "gpu-k8s-image",
     "x86-64.yml": "gpu-k8s-image",
     "qemu-x86-64.yml": "gpu-k8s-image-dev",
     "x86-64-scarthgap.yml": "gpu-k8s-image",
+    "jetson-orin-nano.yml": "gpu-k8s-image",
 }
 
 
@@ -193,8 +196,9 @@ def test_local_conf_selects_systemd_and_container_features(name):
     assert {"virtualization", "seccomp"} <= set(features.group(1).split())
 
 
-def test_meta_tegra_only_in_the_jetson_build():
+def test_meta_tegra_only_in_the_jetson_builds():
     assert "meta-tegra" in merged(KAS / "jetson-nano.yml")["repos"]
+    assert "meta-tegra" in merged(KAS / "jetson-orin-nano.yml")["repos"]
     for name in ("x86-64.yml", "qemu-x86-64.yml", "x86-64-scarthgap.yml"):
         assert "meta-tegra" not in merged(KAS / name)["repos"], f"{name} must build without meta-tegra"
 
@@ -209,3 +213,22 @@ def test_layers_named_in_kas_exist_in_the_layer_dir(name):
 def test_agent_include_selects_the_agent_role():
     text = "\n".join(load(KAS / "include" / "agent.yml")["local_conf_header"].values())
     assert re.search(r'^GPU_K8S_K3S_ROLE\s*=\s*"agent"', text, re.M)
+
+
+def test_orin_builds_on_meta_tegra_wrynose_with_the_redundant_flash_layout():
+    conf = merged(KAS / "jetson-orin-nano.yml", with_lock=True)
+    assert conf["repos"]["meta-tegra"]["branch"] == "wrynose"
+    assert "meta-mender-community" not in conf["repos"], "no Mender Tegra layer for wrynose in the mirrors"
+    text = "\n".join(conf["local_conf_header"].values())
+    # meta-tegra's A/B rootfs slots from the first flash (docs/layer.md, "Jetson Orin")
+    assert re.search(r'^USE_REDUNDANT_FLASH_LAYOUT_DEFAULT = "1"$', text, re.M)
+
+
+@pytest.mark.parametrize(("override", "machine"), [
+    ("machine-jetson-agx-orin-devkit.yml", "jetson-agx-orin-devkit"),
+    ("machine-jetson-orin-nano-devkit.yml", "jetson-orin-nano-devkit"),
+])
+def test_orin_machine_overrides_change_the_machine_and_nothing_else(override, machine):
+    conf = load(KAS / "include" / override)
+    assert conf == {"header": {"version": 14}, "machine": machine}
+    assert f"kas build kas/jetson-orin-nano.yml:kas/include/{override}" in (KAS / "include" / override).read_text()
