@@ -6,6 +6,7 @@ NVMe drive attached to this host, which pass the same safety checks as the Nano'
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -15,7 +16,15 @@ from pathlib import Path
 
 from tools import console, process, usb
 from tools.build import MACHINES
-from tools.flash import NANO, FlashError, FlashOptions, check_target_device, refuse_unsafe_target, run_flash
+from tools.flash import (
+    NANO,
+    FlashError,
+    FlashOptions,
+    check_target_device,
+    refuse_unsafe_target,
+    run_flash,
+    write_sd_image,
+)
 from tools.paths import BUILD_ROOT
 
 
@@ -279,7 +288,11 @@ def run_orin_flash(
             "/etc/rancher/k3s/config.yaml on the board (docs/layer.md, Joining a cluster)"
         )
     if options.sd_image is not None:
-        raise FlashError("--sd-image is for the Nano; for an Orin write the SD card with --method sdcard --device")
+        # An SD image made earlier (--method sdcard without --device): the Nano's bmaptool write.
+        if not options.device:
+            raise FlashError("--sd-image needs --device /dev/sdX (the SD card to write)")
+        written = write_sd_image(options, options.sd_image, euid=os.geteuid(), interactive=interactive)
+        return [f"wrote {options.sd_image} to /dev/{written.name}"]
     check_method(options, target)
     package = tegraflash_package(options, target)
     over_usb = options.method in USB_METHODS

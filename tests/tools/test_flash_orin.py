@@ -277,3 +277,16 @@ def test_machine_names_pick_the_nano_or_the_orin_path(host_tree, nvme_build, sta
     with pytest.raises(flash.FlashError, match=r"--machine 'qemu' cannot be flashed; choose one of: jetson-nano, "
                        r"jetson-orin-nano, jetson-orin-nano-sd, jetson-agx-orin"):
         flash_orin.flash_machine("qemu", opts)
+
+
+def test_a_kept_orin_sd_image_is_written_with_bmaptool_after_the_checks(tmp_path, host_tree, host_tools) -> None:
+    image = tmp_path / "orin.sdcard"
+    image.write_bytes(b"x" * 1024)
+    host_tools.add("bmaptool", "open(argv[-1], 'wb').write(b'WRITTEN BY bmaptool')\n")
+    with pytest.raises(flash.FlashError, match="refusing to write /dev/sda"):
+        flash_orin.run_orin_flash(options(tmp_path, host_tree, sd_image=image, device="/dev/sda", yes=True),
+                                  "jetson-orin-nano-devkit", interactive=False)
+    assert device_content(host_tree, "sda").startswith(b"ORIGINAL")
+    flash_orin.run_orin_flash(options(tmp_path, host_tree, sd_image=image, device="/dev/sdb", yes=True),
+                              "jetson-orin-nano-devkit", interactive=False)
+    assert device_content(host_tree, "sdb") == b"WRITTEN BY bmaptool"
