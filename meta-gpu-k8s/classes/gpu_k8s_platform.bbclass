@@ -18,10 +18,12 @@ GPU_K8S_CGROUP_DRIVER:tegra210 = "cgroupfs"
 GPU_K8S_NVIDIA_RUNTIME_PACKAGE = ""
 GPU_K8S_NVIDIA_RUNTIME_PACKAGE:tegra = "nvidia-container-toolkit"
 GPU_K8S_NVIDIA_RUNTIME_PACKAGE:tegra210 = "nvidia-container-runtime"
-# The container stack an image needs: the runtime, the prestart hook (nvidia-container-toolkit;
-# on Orin it also generates the runtime's CSV-mode config at boot) and nvidia-container-cli.
+# The container stack an image needs: the prestart hook (nvidia-container-toolkit; on Orin it
+# is also the runtime and generates its CSV-mode config at boot), nvidia-container-cli, and on
+# the Nano the separate runtime package.
 GPU_K8S_NVIDIA_CONTAINER_PACKAGES = ""
-GPU_K8S_NVIDIA_CONTAINER_PACKAGES:tegra = "libnvidia-container-tools nvidia-container-toolkit ${GPU_K8S_NVIDIA_RUNTIME_PACKAGE}"
+GPU_K8S_NVIDIA_CONTAINER_PACKAGES:tegra = "libnvidia-container-tools nvidia-container-toolkit"
+GPU_K8S_NVIDIA_CONTAINER_PACKAGES:tegra210 = "libnvidia-container-tools nvidia-container-toolkit nvidia-container-runtime"
 
 # Kubelet reservations, eviction and image GC for the 4 GB Nano ("default": k3s's defaults;
 # the Orin devkits have 8 GB or more).

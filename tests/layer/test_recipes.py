@@ -197,8 +197,14 @@ def test_packagegroup_carries_the_stack():
     tegra = set(group.words("RDEPENDS", "${PN}", "append", "tegra"))
     assert {"${GPU_K8S_NVIDIA_CONTAINER_PACKAGES}", "${GPU_K8S_CUDA_PACKAGES}"} <= tegra
     assert "gpu_k8s_platform" in group.inherits
-    stack = parse(PLATFORM_CLASS).words("GPU_K8S_NVIDIA_CONTAINER_PACKAGES", "tegra")
-    assert {"libnvidia-container-tools", "nvidia-container-toolkit", "${GPU_K8S_NVIDIA_RUNTIME_PACKAGE}"} <= set(stack)
+    platform = parse(PLATFORM_CLASS)
+    orin = platform.words("GPU_K8S_NVIDIA_CONTAINER_PACKAGES", "tegra")
+    nano = platform.words("GPU_K8S_NVIDIA_CONTAINER_PACKAGES", "tegra210")
+    assert set(orin) == {"libnvidia-container-tools", "nvidia-container-toolkit"}  # toolkit 1.19 is the runtime
+    assert set(nano) == set(orin) | {"nvidia-container-runtime"}
+    # every runtime docker's daemon.json may name is installed
+    assert platform.value("GPU_K8S_NVIDIA_RUNTIME_PACKAGE", "tegra") in orin
+    assert platform.value("GPU_K8S_NVIDIA_RUNTIME_PACKAGE", "tegra210") in nano
     assert "gpu-k8s-preload-images" in group.words("RDEPENDS", "${PN}", "append", "qemuall")
 
 

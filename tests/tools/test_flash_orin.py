@@ -290,3 +290,13 @@ def test_a_kept_orin_sd_image_is_written_with_bmaptool_after_the_checks(tmp_path
     flash_orin.run_orin_flash(options(tmp_path, host_tree, sd_image=image, device="/dev/sdb", yes=True),
                               "jetson-orin-nano-devkit", interactive=False)
     assert device_content(host_tree, "sdb") == b"WRITTEN BY bmaptool"
+
+
+def test_provisioning_is_refused_on_an_orin_without_a_data_partition(host_tree, nvme_build, stand_ins) -> None:
+    from tools import provision
+
+    host_tree.add_usb_device("1-2", "0955", "7523")
+    opts = options(nvme_build, host_tree, provisioning=provision.Provisioning(server_url="https://10.0.0.1:6443"))
+    with pytest.raises(flash.FlashError, match="need an image with a data partition"):
+        flash_orin.run_orin_flash(opts, "jetson-orin-nano-devkit-nvme")
+    assert stand_ins.calls("initrd-flash") == []

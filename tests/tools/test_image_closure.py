@@ -42,10 +42,7 @@ def recipe(pn: str, packages=None, rdepends=None, rrecommends=None, dynamic=(), 
 
 def nano_container_packages() -> list[str]:
     """GPU_K8S_NVIDIA_CONTAINER_PACKAGES for the Nano (tegra210), from classes/gpu_k8s_platform."""
-    platform = parse(LAYER / "classes/gpu_k8s_platform.bbclass")
-    runtime = platform.value("GPU_K8S_NVIDIA_RUNTIME_PACKAGE", "tegra210")
-    return [runtime if word == "${GPU_K8S_NVIDIA_RUNTIME_PACKAGE}" else word
-            for word in platform.words("GPU_K8S_NVIDIA_CONTAINER_PACKAGES", "tegra")]
+    return parse(LAYER / "classes/gpu_k8s_platform.bbclass").words("GPU_K8S_NVIDIA_CONTAINER_PACKAGES", "tegra210")
 
 
 def packagegroup_words(var_overrides: tuple[str, ...], cuda_level: str = "runtime") -> list[str]:
