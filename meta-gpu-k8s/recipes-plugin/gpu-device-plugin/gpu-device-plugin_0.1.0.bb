@@ -32,7 +32,7 @@ CONFFILES:${PN} = "${sysconfdir}/gpu-device-plugin/config.yaml"
 
 # Stdlib packages per oe-core's python3 manifest: concurrent.futures (asyncio), hashlib (crypt),
 # dataclasses (profile), glob (shell), socket/tempfile (io), http.server (netclient, netserver);
-# nvidia-ml-py is optional and has no recipe.
+# nvidia-ml-py (python3-nvidia-ml-py) is optional: the packagegroup adds it with the x86-64 NVIDIA stack.
 RDEPENDS:${PN} = " \
     python3-asyncio \
     python3-core \
