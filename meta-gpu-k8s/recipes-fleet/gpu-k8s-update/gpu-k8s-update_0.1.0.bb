@@ -15,7 +15,9 @@ SRC_URI = "file://updater"
 
 S = "${UNPACKDIR}/updater"
 
-inherit python_setuptools_build_meta systemd
+inherit python_setuptools_build_meta systemd gpu_k8s_repo_source
+# skipped, not a parse error, where updater/ is missing (a copy of the layer alone)
+GPU_K8S_REPO_SOURCE = "updater"
 
 do_install:append() {
     install -d ${D}${systemd_system_unitdir}
