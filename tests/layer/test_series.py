@@ -155,6 +155,10 @@ def test_recipes_built_from_the_repository_skip_when_only_the_layer_is_there(nam
         assert re.search(r"^inherit .*\bgpu_k8s_repo_source\b", text, re.M), f"{recipe.name}"
         assert f'GPU_K8S_REPO_SOURCE = "{name}"' in text
         assert (recipe.parent / "../../.." / name).resolve().is_dir()
+    # what installs them skips with them, or "bitbake world" fails on the missing provider
+    group = (LAYER / "recipes-core/packagegroups/packagegroup-gpu-k8s.bb").read_text()
+    assert re.search(r"^inherit .*\bgpu_k8s_repo_source\b", group, re.M)
+    assert name in re.search(r'^GPU_K8S_REPO_SOURCE = "([^"]*)"$', group, re.M).group(1).split()
     klass = (LAYER / "classes/gpu_k8s_repo_source.bbclass").read_text()
     assert 'os.path.join(os.path.dirname(d.getVar("FILE")), "..", "..", "..")' in klass
-    assert "bb.parse.SkipRecipe" in klass
+    assert "bb.parse.SkipRecipe" in klass and 'getVar("GPU_K8S_REPO_SOURCE") or "").split()' in klass

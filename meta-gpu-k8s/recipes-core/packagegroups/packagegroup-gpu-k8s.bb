@@ -10,7 +10,9 @@ LICENSE = "MIT"
 # Contents differ per machine (:tegra, :qemuall), so not allarch.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 
-inherit packagegroup gpu_k8s_role gpu_k8s_nvidia gpu_k8s_platform
+inherit packagegroup gpu_k8s_role gpu_k8s_nvidia gpu_k8s_platform gpu_k8s_repo_source
+# skipped with the plugin and the update agent it installs where plugin/ or updater/ is missing
+GPU_K8S_REPO_SOURCE = "plugin updater"
 
 GPU_K8S_K3S_PACKAGE = "${@'k3s-agent' if d.getVar('GPU_K8S_K3S_ROLE') == 'agent' else 'k3s-server'}"
 
