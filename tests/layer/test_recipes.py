@@ -97,10 +97,12 @@ def test_plugin_recipe_version_and_license_match_the_project():
     assert bb.value("LICENSE") == setup["metadata"]["license"]
 
 
-def test_plugin_recipe_runtime_depends_on_grpc_protobuf_and_pyyaml():
+def test_plugin_recipe_runtime_depends_on_hpack_and_pyyaml_not_grpcio():
     rdepends = set(parse(plugin_recipe()).words("RDEPENDS", "${PN}"))
-    missing = {"python3-grpcio", "python3-protobuf", "python3-pyyaml"} - rdepends
+    missing = {"python3-hpack", "python3-pyyaml"} - rdepends
     assert not missing, f"plugin RDEPENDS lacks {sorted(missing)}"
+    # the plugin serves gRPC with its own code (api/grpc_server.py): grpcio/protobuf are for clients only
+    assert not rdepends & {"python3-grpcio", "python3-protobuf"}
     assert not any("nvidia-ml" in d for d in rdepends), "nvidia-ml-py is optional and has no recipe"
 
 

@@ -159,6 +159,9 @@ def test_plugin_legs_cover_every_library_combination_an_image_ships() -> None:
     assert pins["oldest"]["protobuf"].startswith("3.20.") and pins["oldest"]["grpcio"].startswith("1.66.")
     assert pins["kirkstone"]["grpcio"].startswith("1.45.")
     assert pins["wrynose"]["grpcio"].startswith("1.78.") and pins["wrynose"]["protobuf"].startswith("6.33.")
+    # hpack as each series' meta-python ships it (python3-hpack: 4.0.0 on kirkstone, 4.1.0 on wrynose)
+    assert pins["oldest"]["hpack"] == pins["kirkstone"]["hpack"] == "4.0.0" and pins["wrynose"]["hpack"] == "4.1.0"
+    assert "hpack" in pins["newest"]
     # the proto compiler the schema test uses must run on the leg's protobuf
     assert pins["wrynose"]["grpcio-tools"].startswith("1.78.")
     assert {c.name for c in suite.PLUGIN_COMBINATIONS if c.name not in suite.QUICK_SKIPS} >= {"wrynose", "newest"}

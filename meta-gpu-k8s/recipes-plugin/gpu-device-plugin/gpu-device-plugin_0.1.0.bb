@@ -35,12 +35,14 @@ CONFFILES:${PN} = "${sysconfdir}/gpu-device-plugin/config.yaml"
 # Stdlib packages per oe-core's python3 manifest: concurrent.futures (asyncio), hashlib (crypt),
 # dataclasses (profile), glob (shell), socket/tempfile (io), http.server (netclient, netserver);
 # nvidia-ml-py (python3-nvidia-ml-py) is optional: the packagegroup adds it with the x86-64 NVIDIA stack.
+# The plugin speaks gRPC with its own HTTP/2 code and wire format: no grpcio or protobuf on
+# the node, only meta-python's hpack for header blocks.
 RDEPENDS:${PN} = " \
     python3-asyncio \
     python3-core \
     python3-crypt \
     python3-ctypes \
-    python3-grpcio \
+    python3-hpack \
     python3-io \
     python3-json \
     python3-logging \
@@ -48,7 +50,6 @@ RDEPENDS:${PN} = " \
     python3-netclient \
     python3-netserver \
     python3-profile \
-    python3-protobuf \
     python3-pyyaml \
     python3-shell \
     python3-threading \

@@ -10,7 +10,7 @@ import socket
 import struct
 import time
 
-from . import h2, hpack
+from . import h2
 from .status import RpcFailure, StatusCode, decode_message, status_code
 
 MAX_RESPONSE = 4 * 1024 * 1024
@@ -43,7 +43,7 @@ def call(socket_path: str, method: str, request: bytes, timeout: float) -> bytes
 
 
 def _request_bytes(method: str, request: bytes, timeout: float) -> bytes:
-    headers = hpack.encode([
+    headers = h2.header_block([
         (b":method", b"POST"), (b":scheme", b"http"), (b":path", method.encode()), (b":authority", b"localhost"),
         (b"content-type", b"application/grpc"), (b"te", b"trailers"),
         (b"grpc-timeout", f"{max(1, int(timeout * 1000))}m".encode()),
@@ -61,7 +61,7 @@ def _request_bytes(method: str, request: bytes, timeout: float) -> bytes:
 
 
 def _read_response(sock: socket.socket, deadline: float) -> bytes:
-    decoder = hpack.Decoder()
+    decoder = h2.HeaderDecoder()
     buf = bytearray()
     body = bytearray()
     headers: dict[bytes, bytes] = {}
@@ -98,7 +98,7 @@ def _read_response(sock: socket.socket, deadline: float) -> bytes:
                 if block is not None and flags & h2.END_HEADERS:
                     try:
                         headers.update(decoder.decode(bytes(block)))
-                    except hpack.HpackError as exc:
+                    except h2.CompressionError as exc:
                         raise RpcFailure(StatusCode.INTERNAL, f"undecodable response headers: {exc}") from None
                     block = None
                     if block_flags & h2.END_STREAM:

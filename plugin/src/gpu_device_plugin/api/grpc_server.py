@@ -12,7 +12,7 @@ send and whether the stream is over. So open streams can never starve unary call
 
 Supported: unary and server-streaming calls, identity encoding (uncompressed; what the
 kubelet and grpcio send by default), flow control both ways, PING, GOAWAY, RST_STREAM,
-CONTINUATION, HPACK with Huffman. Deadlines are not enforced on our side (handlers take
+CONTINUATION, HPACK (the hpack library, via h2.py). Deadlines are not enforced on our side (handlers take
 microseconds); the client enforces its own.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from . import h2, hpack
+from . import h2
 from .status import RpcFailure, StatusCode, encode_message
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,8 @@ _OUR_SETTINGS = h2.settings({
     h2.INITIAL_WINDOW_SIZE: RECEIVE_WINDOW,
     h2.MAX_HEADER_LIST_SIZE: 65536,
 }) + h2.window_update(0, RECEIVE_WINDOW - h2.DEFAULT_WINDOW)
-_RESPONSE_HEADERS = hpack.encode([(b":status", b"200"), (b"content-type", b"application/grpc")])
-_OK_TRAILERS = hpack.encode([(b"grpc-status", b"0")])
+_RESPONSE_HEADERS = h2.header_block([(b":status", b"200"), (b"content-type", b"application/grpc")])
+_OK_TRAILERS = h2.header_block([(b"grpc-status", b"0")])
 
 
 class Watch(Protocol):
@@ -84,14 +84,14 @@ def _trailers_only(code: StatusCode, details: str) -> bytes:
     fields = [(b":status", b"200"), (b"content-type", b"application/grpc"), (b"grpc-status", str(int(code)).encode())]
     if details:
         fields.append((b"grpc-message", encode_message(details)))
-    return hpack.encode(fields)
+    return h2.header_block(fields)
 
 
 def _error_trailers(code: StatusCode, details: str) -> bytes:
     fields = [(b"grpc-status", str(int(code)).encode())]
     if details:
         fields.append((b"grpc-message", encode_message(details)))
-    return hpack.encode(fields)
+    return h2.header_block(fields)
 
 
 class _Stream:
@@ -119,7 +119,7 @@ class _Connection:
         self.inbuf = bytearray()
         self.out = bytearray()
         self.preface_seen = False
-        self.decoder = hpack.Decoder()
+        self.decoder = h2.HeaderDecoder()
         self.peer_max_frame = h2.DEFAULT_MAX_FRAME
         self.peer_initial_window = h2.DEFAULT_WINDOW
         self.send_window = h2.DEFAULT_WINDOW
@@ -154,11 +154,6 @@ class _Connection:
         except h2.ProtocolError as error:
             log.debug("closing a client connection: %s", error)
             self.out += h2.goaway(self.last_stream_id, error.code, str(error).encode()[:200])
-            self.flush()
-            self.close()
-        except hpack.HpackError as error:
-            log.debug("closing a client connection: %s", error)
-            self.out += h2.goaway(self.last_stream_id, h2.COMPRESSION_ERROR)
             self.flush()
             self.close()
 

@@ -1,12 +1,16 @@
 """HTTP/2 framing (RFC 9113) for gRPC over a local socket: frame layout, settings, errors.
 
 Only what gRPC needs: no push, no priorities (accepted and ignored), no TLS (h2c with
-prior knowledge, as gRPC uses on Unix sockets).
+prior knowledge, as gRPC uses on Unix sockets). Header blocks are coded with `hpack` (the
+python-hyper HPACK codec, a meta-python recipe on every Yocto series we build).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
+
+import hpack
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -39,6 +43,41 @@ class ProtocolError(Exception):
     def __init__(self, message: str, code: int = PROTOCOL_ERROR) -> None:
         super().__init__(message)
         self.code = code
+
+
+class CompressionError(ProtocolError):
+    """A header block that cannot be decoded: the connection's HPACK state is lost."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, COMPRESSION_ERROR)
+
+
+def header_block(fields: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """A header block that leaves no state behind: every field is a static-table index or a
+    never-indexed literal, so blocks can be built once and sent on any connection."""
+    return hpack.Encoder().encode([(name, value, True) for name, value in fields])
+
+
+class HeaderDecoder:
+    """hpack's decoder for one connection, plus `generation`, which moves whenever the
+    dynamic table may have changed: a decoded block can be reused until it does."""
+
+    def __init__(self, max_header_list: int = 65536) -> None:
+        self._decoder = hpack.Decoder(max_header_list_size=max_header_list)
+        self._table = self._decoder.header_table
+        self.generation = 0
+
+    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        entries = self._table.dynamic_entries
+        newest = entries[0] if entries else None  # held, so a new entry cannot reuse its id
+        size = self._table.maxsize
+        try:
+            return self._decoder.decode(block, raw=True)
+        except hpack.HPACKError as error:
+            raise CompressionError(f"undecodable header block: {error}") from None
+        finally:
+            if self._table.maxsize != size or (entries[0] if entries else None) is not newest:
+                self.generation += 1
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
