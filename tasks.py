@@ -443,8 +443,8 @@ def lint(c: Context) -> None:
 def test(c: Context, quick: bool = False, no_host_setup: bool = False) -> None:
     """Run the whole test suite, as CI does (.ci/run calls this).
 
-    Legs: ruff; tests/tools and tests/layer; tests/plugin on the image's (Python 3.10,
-    grpcio 1.66), stock kirkstone's (Python 3.10, grpcio 1.45), wrynose's (grpcio 1.78, protobuf
+    Legs: ruff; tests/tools and tests/layer; tests/plugin on kirkstone's Python 3.10 with
+    grpcio 1.66 and with 1.45 as the test clients, wrynose's (grpcio 1.78, protobuf
     6.33, on Python 3.13) and the newest (Python 3.13) library combinations, each in a venv
     under .venvs/ made when missing or stale;
     tests/updater (the node's update agent) on Python 3.10. Exit status non-zero if any

@@ -34,9 +34,9 @@ class PluginCombination:
 
 
 PLUGIN_COMBINATIONS = (
-    # what the image ships: kirkstone's Python/protobuf, the layer's grpcio
+    # kirkstone's Python with the image's hpack; grpcio 1.66 + protobuf 3.20 as the test clients
     PluginCombination("oldest", "3.10", "plugin/requirements-oldest.txt"),
-    # stock kirkstone (grpcio 1.45): a build that adds our layer without the gpu-k8s feature
+    # kirkstone's Python and stock kirkstone grpcio 1.45 as the test client
     PluginCombination("kirkstone", "3.10", "plugin/requirements-kirkstone.txt"),
     # what a Yocto 6.0 wrynose image ships (grpcio 1.78, protobuf 6.33); wrynose's Python is 3.14,
     # this runs on the newest Python the test host has (3.13 here)

@@ -8,7 +8,6 @@ from layer_paths import LAYER
 SERIES = ("kirkstone", "scarthgap", "wrynose")
 SERIES_DIR = LAYER / "conf/series"
 SERIES_CLASS = LAYER / "classes/gpu_k8s_series.bbclass"
-GRPCIO = LAYER / "recipes-devtools/python3-grpcio"
 RECIPE_SUFFIXES = (".bb", ".bbappend", ".bbclass", ".inc")
 
 
@@ -82,16 +81,6 @@ def test_unpackdir_defaults_to_workdir_only_where_oe_core_lacks_it():
     assert not any("UNPACKDIR" in line for line in code_lines(series_text("wrynose")))
 
 
-def test_our_grpcio_applies_on_kirkstone_only():
-    recipes = list(GRPCIO.glob("python3-grpcio_*.bb"))
-    assert recipes, "the kirkstone grpcio recipe is gone: drop its masks and this test"
-    for recipe in recipes:
-        assert not masked("kirkstone", recipe)
-        assert masked("scarthgap", recipe) and masked("wrynose", recipe)
-    assert "PREFERRED_VERSION_python3-grpcio" in series_text("kirkstone")
-    assert "PREFERRED_VERSION_python3-grpcio" not in series_text("wrynose")
-
-
 @pytest.mark.parametrize("series", SERIES)
 def test_every_mask_matches_a_file_of_the_layer(series):
     # a mask that matches nothing has rotted (a renamed recipe would then parse where it must not)
@@ -104,8 +93,7 @@ def test_every_mask_matches_a_file_of_the_layer(series):
 def test_the_masks_leave_the_recipes_every_series_needs():
     for series in SERIES:
         for recipe in LAYER.glob("recipes-*/*/*.bb"):
-            if recipe.parent != GRPCIO:
-                assert not masked(series, recipe), f"{series}.inc masks {recipe.relative_to(LAYER)}"
+            assert not masked(series, recipe), f"{series}.inc masks {recipe.relative_to(LAYER)}"
 
 
 def test_security_policy_says_how_to_report_and_covers_every_series():
