@@ -15,7 +15,17 @@ SRC_URI = "file://gpu-k8s-nvidia-cdi \
 
 S = "${UNPACKDIR}"
 
-inherit systemd
+inherit systemd gpu_k8s_nvidia
+
+# It runs the driver's tools (nvidia-driver-tools): where the driver's licence is not accepted
+# that recipe is skipped, so this one is too, with the reason, instead of leaving a world build
+# with nothing to RPROVIDE them (yocto-check-layer's test_world).
+# nooelint: oelint.task.noanonpython - skipped together with the driver it needs
+python __anonymous() {
+    if not gpu_k8s_nvidia_licence_accepted(d):
+        raise bb.parse.SkipRecipe('needs nvidia-driver, whose licence is not accepted '
+                                  '(LICENSE_FLAGS_ACCEPTED += "nvidia-driver", kas/include/nvidia-licence.yml)')
+}
 
 # The driver and toolkit it drives exist for x86-64 only.
 COMPATIBLE_HOST = "x86_64.*-linux"
