@@ -173,18 +173,17 @@ def unpack(package: Path, workdir: Path, dry_run: bool) -> None:
     process.run(process.Command(["tar", "-xzf", str(package), "-C", str(workdir)]), dry_run=dry_run)
 
 
-def find_board(options: FlashOptions) -> usb.RecoveryBoard | None:
-    console.step("looking for a Jetson Nano in USB recovery mode")
-    boards = usb.find_recovery_boards(options.root)
+def find_board(options: FlashOptions, target: usb.RecoveryTarget) -> usb.RecoveryBoard | None:
+    """The one board of target in recovery mode; None on a --dry-run that finds none."""
+    console.step(f"looking for a {target.name} in USB recovery mode")
     try:
-        board = usb.select_nano(boards)
-    except usb.NoNanoInRecovery as missing:
+        board = usb.select_recovery_board(usb.find_recovery_boards(options.root), target)
+    except usb.NotOneBoardInRecovery as missing:
         if not options.dry_run:
             raise FlashError(str(missing)) from None
         console.warn(f"{missing} (continuing: --dry-run)")
-        board = None
-    if board:
-        console.info(f"found {board.describe()}")
+        return None
+    console.info(f"found {board.describe()}")
     return board
 
 
@@ -245,7 +244,7 @@ def run_flash(
         # Refuse an unsafe device now, before minutes of dosdcard.sh; size is checked later.
         refuse_unsafe_target(options, image_size=0)
     over_usb = options.method in ("full", "spi-only")
-    board = find_board(options) if over_usb else None
+    board = find_board(options, usb.NANO) if over_usb else None
     with tempfile.TemporaryDirectory(prefix="gpu-k8s-flash-") as temp:
         workdir = Path(temp)
         unpack(package, workdir, options.dry_run)

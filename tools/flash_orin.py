@@ -21,6 +21,7 @@ from tools.flash import (
     FlashError,
     FlashOptions,
     check_target_device,
+    find_board,
     refuse_unsafe_target,
     run_flash,
     write_sd_image,
@@ -37,6 +38,23 @@ class OrinTarget:
     product_ids: frozenset[str]  # USB ids in recovery mode of the module this MACHINE is for
     storage: str  # "nvme" or "sdcard": where the rootfs goes
     recovery_howto: str
+
+    @property
+    def recovery(self) -> usb.RecoveryTarget:
+        """What looking for this module in USB recovery mode accepts and says."""
+        expected = ", ".join(
+            f"{usb.NVIDIA_VENDOR_ID}:{pid} {usb.ORIN_RECOVERY_MODELS[pid]}" for pid in sorted(self.product_ids)
+        )
+        return usb.RecoveryTarget(
+            name=self.yocto_machine,
+            product_ids=self.product_ids,
+            several=f"boards for {self.yocto_machine}",
+            wanted=f"board for {self.yocto_machine} ({expected})",
+            missing=f"{self.yocto_machine} ({expected})",
+            flasher="initrd-flash",
+            wrong_module="this image is for another module; build for its MACHINE (docs/layer.md, Jetson Orin)",
+            recovery_howto=self.recovery_howto,
+        )
 
 
 ORIN_NANO_RECOVERY = (
@@ -136,45 +154,6 @@ def check_host_tools(options: FlashOptions, over_usb: bool) -> None:
     for tool, package in RECOMMENDED_TOOLS.items():
         if shutil.which(tool) is None:
             console.warn(f"{tool} is missing (apt-get install {package}): writing the rootfs will be very slow")
-
-
-def select_board(boards: list[usb.RecoveryBoard], target: OrinTarget) -> usb.RecoveryBoard:
-    """Exactly one board in recovery whose module the MACHINE is for, else a FlashError
-    saying what was seen and what to do."""
-    wanted = [board for board in boards if board.product_id in target.product_ids]
-    others = [board for board in boards if board.product_id not in target.product_ids]
-    expected = ", ".join(f"{usb.NVIDIA_VENDOR_ID}:{pid} {usb.ORIN_RECOVERY_MODELS[pid]}"
-                         for pid in sorted(target.product_ids))
-    if len(wanted) == 1:
-        return wanted[0]
-    if len(wanted) > 1:
-        listing = "; ".join(board.describe() for board in wanted)
-        raise FlashError(
-            f"{len(wanted)} boards for {target.yocto_machine} are in recovery mode ({listing}); "
-            "initrd-flash flashes one: leave only the board you mean connected"
-        )
-    if others:
-        listing = "; ".join(board.describe() for board in others)
-        raise FlashError(
-            f"no board for {target.yocto_machine} ({expected}) in recovery mode, but found {listing}: "
-            "this image is for another module; build for its MACHINE (docs/layer.md, Jetson Orin)"
-        )
-    raise FlashError(
-        f"no {target.yocto_machine} ({expected}) in recovery mode found on USB; {target.recovery_howto}"
-    )
-
-
-def find_board(options: FlashOptions, target: OrinTarget) -> usb.RecoveryBoard | None:
-    console.step(f"looking for a {target.yocto_machine} in USB recovery mode")
-    try:
-        board = select_board(usb.find_recovery_boards(options.root), target)
-    except FlashError as missing:
-        if not options.dry_run:
-            raise
-        console.warn(f"{missing} (continuing: --dry-run)")
-        return None
-    console.info(f"found {board.describe()}")
-    return board
 
 
 def unpack(package: Path, workdir: Path, dry_run: bool) -> None:
@@ -300,7 +279,7 @@ def run_orin_flash(
         # Refuse an unsafe device now, before unpacking gigabytes; the size is checked later.
         refuse_unsafe_target(options, image_size=0)
     check_host_tools(options, over_usb)
-    board = find_board(options, target) if over_usb else None
+    board = find_board(options, target.recovery) if over_usb else None
     with tempfile.TemporaryDirectory(prefix="gpu-k8s-flash-") as temp:
         workdir = Path(temp)
         unpack(package, workdir, options.dry_run)

@@ -85,8 +85,22 @@ def find_recovery_boards(root: Path = Path("/")) -> list[RecoveryBoard]:
     return boards
 
 
-class NoNanoInRecovery(Exception):
-    pass
+class NotOneBoardInRecovery(Exception):
+    """None, or more than one, of the boards a flashing path accepts is in recovery mode."""
+
+
+@dataclass(frozen=True)
+class RecoveryTarget:
+    """The boards one flashing path accepts in recovery mode, and the words of its refusals."""
+
+    name: str  # what is looked for: "Jetson Nano", or the Orin's MACHINE
+    product_ids: frozenset[str]  # USB product ids (vendor 0955) of the accepted modules
+    several: str  # plural when more than one is found: "Nanos", "boards for <MACHINE>"
+    wanted: str  # "no <wanted> in recovery mode, but found ...": the module and its USB ids
+    missing: str  # "no <missing> in recovery mode found on USB"
+    flasher: str  # the program that flashes exactly one board
+    wrong_module: str  # what to do when only other modules are in recovery mode
+    recovery_howto: str
 
 
 RECOVERY_HOWTO = (
@@ -94,24 +108,34 @@ RECOVERY_HOWTO = (
     "the B01 devkit), power on, connect its micro-USB port straight to this host (no hub, "
     "no VM), then check with `lsusb -d 0955:`"
 )
+NANO = RecoveryTarget(
+    name="Jetson Nano",
+    product_ids=frozenset({NANO_RECOVERY_PRODUCT_ID}),
+    several="Nanos",
+    wanted=f"Jetson Nano ({NVIDIA_VENDOR_ID}:{NANO_RECOVERY_PRODUCT_ID})",
+    missing="Jetson Nano",
+    flasher="doflash.sh",
+    wrong_module="these images are for the Nano only",
+    recovery_howto=RECOVERY_HOWTO,
+)
 
 
-def select_nano(boards: list[RecoveryBoard]) -> RecoveryBoard:
-    """Exactly one Nano in recovery, or an error that says what was seen and what to do."""
-    nanos = [board for board in boards if board.is_nano]
-    others = [board for board in boards if not board.is_nano]
-    if len(nanos) == 1:
-        return nanos[0]
-    if len(nanos) > 1:
-        listing = "; ".join(board.describe() for board in nanos)
-        raise NoNanoInRecovery(
-            f"{len(nanos)} Nanos are in recovery mode ({listing}); doflash.sh flashes one: "
+def select_recovery_board(boards: list[RecoveryBoard], target: RecoveryTarget) -> RecoveryBoard:
+    """Exactly one board of the target's modules in recovery, or an error that says what was
+    seen and what to do."""
+    wanted = [board for board in boards if board.product_id in target.product_ids]
+    others = [board for board in boards if board.product_id not in target.product_ids]
+    if len(wanted) == 1:
+        return wanted[0]
+    if len(wanted) > 1:
+        listing = "; ".join(board.describe() for board in wanted)
+        raise NotOneBoardInRecovery(
+            f"{len(wanted)} {target.several} are in recovery mode ({listing}); {target.flasher} flashes one: "
             "leave only the board you mean connected"
         )
     if others:
         listing = "; ".join(board.describe() for board in others)
-        raise NoNanoInRecovery(
-            f"no Jetson Nano (0955:{NANO_RECOVERY_PRODUCT_ID}) in recovery mode, but found {listing}: "
-            "these images are for the Nano only"
+        raise NotOneBoardInRecovery(
+            f"no {target.wanted} in recovery mode, but found {listing}: {target.wrong_module}"
         )
-    raise NoNanoInRecovery(f"no Jetson Nano in recovery mode found on USB; {RECOVERY_HOWTO}")
+    raise NotOneBoardInRecovery(f"no {target.missing} in recovery mode found on USB; {target.recovery_howto}")

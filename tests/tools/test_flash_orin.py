@@ -121,6 +121,14 @@ def test_a_board_of_another_module_is_refused_and_nothing_runs(host_tree, nvme_b
     assert stand_ins.calls("initrd-flash") == []
 
 
+def test_two_boards_of_the_module_are_refused_and_nothing_runs(host_tree, nvme_build, stand_ins) -> None:
+    host_tree.add_usb_device("1-2", "0955", "7523")
+    host_tree.add_usb_device("2-2", "0955", "7523")
+    with pytest.raises(flash.FlashError, match=r"^2 boards for jetson-orin-nano-devkit-nvme .*initrd-flash flashes"):
+        flash_orin.run_orin_flash(options(nvme_build, host_tree), "jetson-orin-nano-devkit-nvme")
+    assert stand_ins.calls("initrd-flash") == []
+
+
 def test_no_board_in_recovery_says_how_to_get_there(host_tree, nvme_build, stand_ins) -> None:
     host_tree.add_usb_device("1-5", "0955", "7020")  # a running Jetson, not in recovery mode
     with pytest.raises(flash.FlashError, match=r"no jetson-orin-nano-devkit-nvme .* found on USB; .*FC REC to GND"):

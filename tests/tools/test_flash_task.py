@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import flash, usb
+from tools import flash, flash_orin, usb
 
 GB = 1000**3
 
@@ -259,14 +259,44 @@ def test_recovery_scan_lists_nano_and_others_and_ignores_other_usb(host_tree) ->
     host_tree.add_usb_device("1-5", "0955", "7020")  # an NVIDIA device not in recovery
     boards = usb.find_recovery_boards(host_tree.root)
     assert [(b.sysfs_name, b.is_nano) for b in boards] == [("1-2", True), ("1-3", False)]
-    assert usb.select_nano(boards).sysfs_name == "1-2"
+    assert usb.select_recovery_board(boards, usb.NANO).sysfs_name == "1-2"
 
 
 def test_two_nanos_are_refused(host_tree) -> None:
     host_tree.add_usb_device("1-2", "0955", "7f21")
     host_tree.add_usb_device("2-2", "0955", "7f21")
-    with pytest.raises(usb.NoNanoInRecovery, match="2 Nanos"):
-        usb.select_nano(usb.find_recovery_boards(host_tree.root))
+    with pytest.raises(usb.NotOneBoardInRecovery, match=r"^2 Nanos are in recovery mode \(.*\); doflash.sh flashes"):
+        usb.select_recovery_board(usb.find_recovery_boards(host_tree.root), usb.NANO)
+
+
+ORIN_NANO = flash_orin.ORIN_TARGETS["jetson-orin-nano-devkit-nvme"].recovery
+
+
+@pytest.mark.parametrize(
+    ("target", "present", "refusal"),
+    [
+        (usb.NANO, ["7523"], "no Jetson Nano (0955:7f21) in recovery mode, but found a Jetson Orin Nano 8GB"),
+        (usb.NANO, [], "no Jetson Nano in recovery mode found on USB; put the Nano in recovery mode"),
+        (ORIN_NANO, ["7f21"], "no board for jetson-orin-nano-devkit-nvme (0955:7523 Jetson Orin Nano 8GB"),
+        (ORIN_NANO, ["7523", "7523"], "2 boards for jetson-orin-nano-devkit-nvme are in recovery mode"),
+        (ORIN_NANO, [], "no jetson-orin-nano-devkit-nvme (0955:7523 Jetson Orin Nano 8GB (P3767-0003/-0005, "
+         "the devkit's)) in recovery mode found on USB; put the Orin Nano devkit in recovery mode"),
+    ],
+)
+def test_one_selection_serves_nano_and_orin_with_their_own_words(host_tree, target, present, refusal) -> None:
+    for port, product in enumerate(present, start=2):
+        host_tree.add_usb_device(f"1-{port}", "0955", product)
+    with pytest.raises(usb.NotOneBoardInRecovery) as refused:
+        usb.select_recovery_board(usb.find_recovery_boards(host_tree.root), target)
+    assert str(refused.value).startswith(refusal)
+
+
+def test_the_one_board_of_the_target_is_chosen_among_other_modules(host_tree) -> None:
+    host_tree.add_usb_device("1-2", "0955", "7f21")
+    host_tree.add_usb_device("1-3", "0955", "7523")
+    boards = usb.find_recovery_boards(host_tree.root)
+    assert usb.select_recovery_board(boards, usb.NANO).sysfs_name == "1-2"
+    assert usb.select_recovery_board(boards, ORIN_NANO).sysfs_name == "1-3"
 
 
 def test_sudo_only_when_not_root() -> None:
