@@ -82,13 +82,9 @@ GPU_K8S_ARTIFACT_SIGNING ??= "required"
 GPU_K8S_ARTIFACT_SIGNING:pn-gpu-k8s-image-dev ??= "optional"
 
 python gpu_k8s_check_artifact_signing() {
-    import os, sys
-    # Our lib/ on sys.path: kirkstone's base.bbclass adds every layer's lib/, wrynose needs addpylib.
-    lib = os.path.join(d.getVar('GPU_K8S_LAYERDIR'), 'lib')
-    if lib not in sys.path:
-        sys.path.insert(0, lib)
-    from gpu_k8s.signing import signing_problems
-    problems = signing_problems(
+    # gpu_k8s_lib: classes/gpu_k8s_series.bbclass (our lib/ on every series).
+    signing = gpu_k8s_lib(d, 'gpu_k8s.signing')
+    problems = signing.signing_problems(
         d.getVar('GPU_K8S_ARTIFACT_SIGNING'),
         d.getVar('MENDER_ARTIFACT_SIGNING_KEY'),
         d.getVar('MENDER_ARTIFACT_VERIFY_KEY'),

@@ -1,6 +1,7 @@
 """Issue 16: one layer for kirkstone, scarthgap and wrynose, every difference in one place."""
 
 import re
+import sys
 
 import pytest
 from layer_paths import LAYER
@@ -40,9 +41,56 @@ def test_layer_conf_reads_the_series_file_through_a_global_class():
     assert tuple(compat) == SERIES
     assert re.search(r'^INHERIT \+= "gpu_k8s_series"$', conf, re.M)
     assert re.search(r'^GPU_K8S_LAYERDIR = "\$\{LAYERDIR\}"$', conf, re.M)
-    # the class runs after every layer.conf, when oe-core has named its series
-    assert code_lines(SERIES_CLASS.read_text()) == [
-        "require ${GPU_K8S_LAYERDIR}/conf/series/${LAYERSERIES_CORENAMES}.inc"
+    # the class runs after every layer.conf, when oe-core has named its series; besides that
+    # require it only holds gpu_k8s_lib (below), which every recipe and class can then call
+    lines = code_lines(SERIES_CLASS.read_text())
+    assert lines[0] == "require ${GPU_K8S_LAYERDIR}/conf/series/${LAYERSERIES_CORENAMES}.inc"
+    assert lines[1] == "def gpu_k8s_lib(d, module):"
+    assert all(line.startswith("    ") for line in lines[2:])
+
+
+class FakeData:
+    """The one datastore call gpu_k8s_lib makes."""
+
+    def getVar(self, name: str) -> str:  # bitbake's name
+        assert name == "GPU_K8S_LAYERDIR"
+        return str(LAYER)
+
+
+def test_gpu_k8s_lib_imports_from_the_layer_lib_on_any_series(monkeypatch):
+    # wrynose's base.bbclass does not put layers' lib/ on sys.path: the class's def must
+    text = SERIES_CLASS.read_text()
+    source = text[text.index("def gpu_k8s_lib(d, module):"):]
+    namespace: dict = {}
+    exec(compile(source, str(SERIES_CLASS), "exec"), namespace)
+    lib = str(LAYER / "lib")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != lib])
+    for name in [m for m in sys.modules if m == "gpu_k8s" or m.startswith("gpu_k8s.")]:
+        monkeypatch.delitem(sys.modules, name)
+    module = namespace["gpu_k8s_lib"](FakeData(), "gpu_k8s.k3s_line")
+    assert module.__name__ == "gpu_k8s.k3s_line"
+    assert module.__file__ == str(LAYER / "lib/gpu_k8s/k3s_line.py")
+    assert namespace["gpu_k8s_lib"](FakeData(), "gpu_k8s.signing").signing_problems("off", "", "") == []
+    assert sys.path.count(lib) == 1, "added once, not on every call"
+
+
+def test_parse_time_python_reaches_lib_only_through_gpu_k8s_lib():
+    # one place puts lib/ on sys.path; recipes and classes call it rather than copying it
+    copies = [
+        str(path.relative_to(LAYER))
+        for path in LAYER.rglob("*")
+        if path.suffix in RECIPE_SUFFIXES and path != SERIES_CLASS and "sys.path" in path.read_text()
+    ]
+    assert not copies, f"lib/ put on sys.path outside classes/gpu_k8s_series.bbclass: {copies}"
+    users = sorted(
+        str(path.relative_to(LAYER))
+        for path in LAYER.rglob("*")
+        if path.suffix in RECIPE_SUFFIXES and "gpu_k8s_lib(d, 'gpu_k8s." in path.read_text()
+    )
+    assert users == [
+        "classes/gpu_k8s_mender.bbclass",
+        "recipes-containers/k3s/k3s-release.inc",
+        "recipes-containers/k3s/k3s_version.inc",
     ]
 
 
