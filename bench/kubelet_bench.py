@@ -34,6 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GO_BIN = Path(os.environ.get("BENCH_GO_OUT", ROOT / "build" / "bench-go")) / "bin"  # as bench/go/build.sh
 NANO_FIXTURE = ROOT / "tests" / "plugin" / "fixtures" / "jetson-nano"
+# The config file each image installs: the unit always starts the plugin with --config-file, so
+# reading it (YAML) is part of every real start.
+IMAGE_CONFIGS = ROOT / "meta-gpu-k8s" / "recipes-plugin" / "gpu-device-plugin" / "files"
 REFERENCE = "go-reference"
 
 
@@ -292,9 +295,10 @@ def targets(python: str) -> list[Target]:
     return [
         Target(REFERENCE, [str(GO_BIN / "reference-plugin"), "-kubelet-socket", "{socket_dir}/kubelet.sock",
                            "-devices", "2"]),
-        Target("simulated", [*ours, "--device-discovery-strategy", "simulated", "--simulated-gpus", "2",
+        Target("simulated", [*ours, "--config-file", str(IMAGE_CONFIGS / "qemuall" / "gpu-device-plugin.yaml"),
                              "--simulated-health-dir", "{work}/health"], env),
-        Target("tegra", [*ours, "--device-discovery-strategy", "tegra", "--host-root", "{work}/nano"], env),
+        Target("tegra", [*ours, "--config-file", str(IMAGE_CONFIGS / "tegra" / "gpu-device-plugin.yaml"),
+                         "--host-root", "{work}/nano"], env),
     ]
 
 

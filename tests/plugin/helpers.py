@@ -8,7 +8,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 
 from gpu_device_plugin.config import Settings
 from gpu_device_plugin.daemon import Daemon
@@ -41,7 +40,7 @@ class RunningDaemon:
 def simulated_settings(socket_dir: str, gpus: int = 2, **overrides: object) -> Settings:
     base = Settings(kubelet_socket=os.path.join(socket_dir, "kubelet.sock"), device_discovery_strategy="simulated",
                     simulated_gpus=gpus)
-    return replace(base, **overrides)  # type: ignore[arg-type]
+    return base._replace(**overrides)  # type: ignore[arg-type]
 
 
 def run_simulated(socket_dir: str, gpus: int = 2, monitor: HealthMonitor | None = None,

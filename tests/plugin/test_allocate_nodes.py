@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from gpu_device_plugin import policy
@@ -19,7 +18,7 @@ GPU = Gpu(id="GPU-0f0e", index=0, name="Tesla T4", backend="nvml", device_nodes=
 def test_only_nodes_that_exist_are_passed() -> None:
     devices = {d.id: d for d in policy.advertised_devices([GPU], Settings())}
     present = {"/dev/nvidiactl", "/dev/nvidia-uvm"}
-    result = policy.allocate([GPU.id], devices, replace(Settings(), pass_device_specs=True), present.__contains__)
+    result = policy.allocate([GPU.id], devices, Settings()._replace(pass_device_specs=True), present.__contains__)
     assert result.device_specs == [("/dev/nvidiactl", "/dev/nvidiactl", "rw"),
                                    ("/dev/nvidia-uvm", "/dev/nvidia-uvm", "rw")]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -229,27 +228,27 @@ def test_simulated_gpus_get_an_env_edit_so_the_spec_is_valid() -> None:
 
 def test_ids_that_are_not_valid_cdi_names_are_refused_with_the_name() -> None:
     """Proves a GPU ID the runtime could not parse never reaches disk; the error names it."""
-    bad = replace(nvml_gpu(0), id="GPU/0")
+    bad = nvml_gpu(0)._replace(id="GPU/0")
     with pytest.raises(ValueError, match=r"'GPU/0': invalid CDI device name"):
         cdi.build_spec([bad], Settings())
     with pytest.raises(ValueError, match="invalid CDI device name"):
-        cdi.build_spec([replace(nvml_gpu(0), id="GPU-0-")], Settings())
+        cdi.build_spec([nvml_gpu(0)._replace(id="GPU-0-")], Settings())
 
 
 def test_duplicate_names_are_refused() -> None:
     """Proves two GPUs that would answer to the same name (an ID equal to another's index) fail
     loudly instead of one silently shadowing the other."""
     with pytest.raises(ValueError, match="'1': device name used twice"):
-        cdi.build_spec([replace(nvml_gpu(0), id="1"), nvml_gpu(1)], Settings())
+        cdi.build_spec([nvml_gpu(0)._replace(id="1"), nvml_gpu(1)], Settings())
 
 
 def test_relative_device_node_paths_and_bad_kinds_are_refused() -> None:
     """Proves validation covers device node paths and the kind's vendor/class form."""
     with pytest.raises(ValueError, match="'dev/nvidia0' is not an absolute path"):
-        cdi.build_spec([replace(nvml_gpu(0), device_nodes=("dev/nvidia0",))], Settings())
+        cdi.build_spec([nvml_gpu(0)._replace(device_nodes=("dev/nvidia0",))], Settings())
     for kind in ("gpu", "vendor.com/", "vendor.com/gpu/x", "1vendor.com/gpu", "vendor.com/gpu-"):
         with pytest.raises(ValueError, match="must be vendor/class"):
-            cdi.build_spec([nvml_gpu(0)], replace(Settings(), cdi_kind=kind))
+            cdi.build_spec([nvml_gpu(0)], Settings()._replace(cdi_kind=kind))
 
 
 def test_validate_spec_checks_version_edits_and_devices() -> None:
@@ -407,7 +406,7 @@ def test_sync_spec_on_a_jetson_nano_tree_writes_what_the_host_has(tmp_path: Path
     assert path is not None
     spec = json.loads(Path(path).read_text())
     assert spec == nano_spec()
-    assert cdi.sync_spec(gpus, replace(settings, device_list_strategy=("envvar",))) is None
+    assert cdi.sync_spec(gpus, settings._replace(device_list_strategy=("envvar",))) is None
     assert not Path(path).exists()
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ GPUS = SimulatedBackend(2).discover()
 def cdi_settings(spec_dir: Path, **overrides: object) -> Settings:
     base = Settings(device_discovery_strategy="simulated", simulated_gpus=2, device_list_strategy=("cdi-cri",),
                     cdi_spec_dir=str(spec_dir))
-    return replace(base, **overrides)  # type: ignore[arg-type]
+    return base._replace(**overrides)  # type: ignore[arg-type]
 
 
 def test_turning_cdi_off_removes_the_spec(tmp_path: Path) -> None:
@@ -30,7 +29,7 @@ def test_turning_cdi_off_removes_the_spec(tmp_path: Path) -> None:
     on = cdi_settings(tmp_path)
     keeper.sync(on)
     assert os.listdir(tmp_path) == ["meta-gpu-k8s.io-gpu.json"]
-    keeper.switch(on, replace(on, device_list_strategy=("envvar",)))
+    keeper.switch(on, on._replace(device_list_strategy=("envvar",)))
     assert os.listdir(tmp_path) == []
 
 
@@ -70,7 +69,7 @@ def test_a_reload_whose_spec_removal_fails_keeps_the_daemon_serving_and_stop_exi
         socket_dir: str, kubelet: KubeletDouble, monkeypatch: pytest.MonkeyPatch) -> None:
     spec_dir = Path(socket_dir) / "cdi"
     first = simulated_settings(socket_dir, device_list_strategy=("cdi-cri",), cdi_spec_dir=str(spec_dir))
-    second = replace(first, cdi_kind="example.com/gpu")
+    second = first._replace(cdi_kind="example.com/gpu")
     settings = iter([second])
     daemon = Daemon(first, GPUS, None, reload_settings=lambda: next(settings), environ={})
 

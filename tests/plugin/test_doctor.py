@@ -11,7 +11,7 @@ import socket
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -115,7 +115,7 @@ class Node:
         self.sockets: list[socket.socket] = []
 
     def run(self, **overrides: object) -> dict[str, Check]:
-        return by_name(run_checks(replace(self.settings, **overrides)))  # type: ignore[arg-type]
+        return by_name(run_checks(self.settings._replace(**overrides)))  # type: ignore[arg-type]
 
 
 @pytest.fixture

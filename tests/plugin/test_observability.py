@@ -6,7 +6,6 @@ import shutil
 import time
 import urllib.error
 import urllib.request
-from dataclasses import replace
 
 from gpu_device_plugin.observability import Status, health_status, render_metrics
 from helpers import run_simulated, short_tempdir
@@ -20,20 +19,20 @@ SERVING = Status(version="0.1.0", backend="simulated", resource="nvidia.com/gpu"
 
 def test_healthz_is_ok_only_while_registered_with_a_live_stream() -> None:
     assert health_status(SERVING) == (200, "ok")
-    code, reason = health_status(replace(SERVING, registered=False))
+    code, reason = health_status(SERVING._replace(registered=False))
     assert code == 503 and "not registered" in reason
-    code, reason = health_status(replace(SERVING, streams=0))
+    code, reason = health_status(SERVING._replace(streams=0))
     assert code == 503 and "no ListAndWatch stream" in reason
-    code, reason = health_status(replace(SERVING, monitor_alive=False))
+    code, reason = health_status(SERVING._replace(monitor_alive=False))
     assert code == 503 and "health monitor stopped" in reason
 
 
 def test_healthz_is_ok_on_a_node_without_gpus() -> None:
-    assert health_status(replace(SERVING, healthy_devices=0, registered=False, streams=0))[0] == 200
+    assert health_status(SERVING._replace(healthy_devices=0, registered=False, streams=0))[0] == 200
 
 
 def test_metrics_expose_devices_by_health_and_counters() -> None:
-    text = render_metrics(replace(SERVING, healthy_devices=1, unhealthy_devices=1, kubelet_restarts=2))
+    text = render_metrics(SERVING._replace(healthy_devices=1, unhealthy_devices=1, kubelet_restarts=2))
     assert 'gpu_device_plugin_devices{resource="nvidia.com/gpu",health="unhealthy"} 1' in text
     assert "gpu_device_plugin_allocations_total 3" in text
     assert "gpu_device_plugin_kubelet_restarts_total 2" in text

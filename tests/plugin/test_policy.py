@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 from gpu_device_plugin import policy
@@ -137,14 +136,14 @@ def test_fail_requests_greater_than_one_refuses_multi_replica_requests() -> None
 
 
 def test_device_specs_are_deduplicated_host_nodes() -> None:
-    settings = replace(Settings(), pass_device_specs=True)
+    settings = Settings()._replace(pass_device_specs=True)
     devices = by_id([gpu(0), gpu(1)], settings)
     specs = policy.allocate(["GPU-0000", "GPU-0001"], devices, settings).device_specs
     assert specs == [(p, p, "rw") for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1")]
 
 
 def test_volume_mounts_strategy_hides_ids_from_the_environment() -> None:
-    settings = replace(Settings(), device_list_strategy=("volume-mounts",))
+    settings = Settings()._replace(device_list_strategy=("volume-mounts",))
     devices = by_id([gpu(0)], settings)
     result = policy.allocate(["GPU-0000"], devices, settings)
     assert result.envs == {"NVIDIA_VISIBLE_DEVICES": policy.VOLUME_MOUNT_DIR}
@@ -152,7 +151,7 @@ def test_volume_mounts_strategy_hides_ids_from_the_environment() -> None:
 
 
 def test_cdi_only_strategies_skip_env_and_specs() -> None:
-    settings = replace(Settings(), device_list_strategy=("cdi-cri", "cdi-annotations"), pass_device_specs=True)
+    settings = Settings()._replace(device_list_strategy=("cdi-cri", "cdi-annotations"), pass_device_specs=True)
     devices = by_id([gpu(0)], settings)
     result = policy.allocate(["GPU-0000"], devices, settings)
     assert result.envs == {} and result.device_specs == []

@@ -6,7 +6,6 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import replace
 
 import pytest
 from gpu_device_plugin import inotify, reload_policy
@@ -40,7 +39,7 @@ def test_what_each_event_means(event: Event, expected: Seen) -> None:
 
 
 def test_a_config_file_in_the_socket_directory_is_seen_by_the_shared_watch() -> None:
-    shared = replace(WATCHES, config_wd=1)
+    shared = WATCHES._replace(config_wd=1)
     assert classify([Event(1, FILE_EVENTS & inotify.IN_CLOSE_WRITE, "config.yaml")], shared) == Seen(reload=True)
 
 
@@ -58,19 +57,19 @@ def test_backoff_doubles_to_its_maximum_and_starts_over_after_success() -> None:
 
 def test_reload_plan_keeps_restart_only_fields_and_names_them() -> None:
     old = Settings(device_discovery_strategy="simulated", simulated_gpus=2)
-    new = replace(old, simulated_gpus=5, metrics_address="127.0.0.1:1", device_id_strategy="index")
+    new = old._replace(simulated_gpus=5, metrics_address="127.0.0.1:1", device_id_strategy="index")
     decided = reload_policy.plan(old, new, "simulated")
     assert decided.kept == ("simulated_gpus", "metrics_address")
-    assert decided.settings == replace(old, device_id_strategy="index")
+    assert decided.settings == old._replace(device_id_strategy="index")
     assert reload_policy.plan(old, old, "simulated") == reload_policy.ReloadPlan(None)
 
 
 def test_reload_plan_rejects_what_the_running_gpus_cannot_serve() -> None:
     old = Settings()
-    decided = reload_policy.plan(old, replace(old, device_list_strategy=("cdi-cri",), cdi_kind="nvidia.com/gpu"),
+    decided = reload_policy.plan(old, old._replace(device_list_strategy=("cdi-cri",), cdi_kind="nvidia.com/gpu"),
                                  "tegra")
     assert decided.settings is None and "the NVIDIA Container Toolkit's own kind" in decided.rejection
-    assert reload_policy.plan(old, replace(old, device_list_strategy=("cdi-cri",)), "nvml").settings is not None
+    assert reload_policy.plan(old, old._replace(device_list_strategy=("cdi-cri",)), "nvml").settings is not None
 
 
 def test_counters_bumped_from_many_threads_lose_nothing() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -42,7 +41,7 @@ def host_with_spec(tmp_path: Path, spec_dir: str = "var/run/cdi") -> Path:
 
 
 def allocate(gpus: list[Gpu], root: Path, ids: list[str], **overrides: object) -> policy.ContainerAllocation:
-    settings = replace(Settings(device_list_strategy=("cdi-cri",), host_root=str(root)), **overrides)  # type: ignore[arg-type]
+    settings = Settings(device_list_strategy=("cdi-cri",), host_root=str(root))._replace(**overrides)  # type: ignore[arg-type]
     devices = {d.id: d for d in policy.advertised_devices(gpus, settings)}
     namer = toolkit_cdi.ToolkitSpecs(str(root)).namer(settings.device_id_strategy)
     return policy.allocate(ids, devices, settings, toolkit_name=namer)
@@ -156,7 +155,7 @@ def test_nvml_with_cdi_is_accepted_and_our_kind_may_not_be_the_toolkits() -> Non
 
 def test_the_daemon_hands_the_kubelet_toolkit_names(socket_dir: str, kubelet: KubeletDouble,
                                                     caplog: pytest.LogCaptureFixture) -> None:
-    settings = replace(simulated_settings(socket_dir), device_discovery_strategy="nvml", simulated_gpus=0,
+    settings = simulated_settings(socket_dir)._replace(device_discovery_strategy="nvml", simulated_gpus=0,
                        device_list_strategy=("cdi-cri",), host_root=str(FIXTURE), cdi_spec_dir=socket_dir)
     with caplog.at_level(logging.INFO), RunningDaemon(Daemon(settings, discover(FIXTURE), None, environ={})):
         response = kubelet.wait_registered().allocate([UUID1])

@@ -35,8 +35,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .cdi_names import DEVICE_NAME, split_kind
 from .hostpath import host_path_exists
@@ -58,8 +57,7 @@ _TEMP_SUFFIX = ".tmp"  # not .json/.yaml, so a runtime watching the dir never lo
 Warn = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class CsvEntry:
+class CsvEntry(NamedTuple):
     kind: str  # dev | lib | sym | dir
     path: str  # absolute host path, also the path inside the container
     source: str  # "<file>:<line>" for messages

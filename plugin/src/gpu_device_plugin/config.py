@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from .cdi_names import TOOLKIT_KIND, split_kind
 from .settings import (
@@ -127,8 +126,7 @@ def _prefix(text: Any) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(NamedTuple):
     attr: str  # Settings attribute
     flag: str
     env: str
@@ -198,8 +196,7 @@ _SHARING_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
 # ---------------------------------------------------------------- sources
 
 
-@dataclass(frozen=True)
-class FileConfig:
+class FileConfig(NamedTuple):
     values: Mapping[str, Any]  # attr -> parsed value
     time_slicing: TimeSlicing | None
     warnings: tuple[str, ...]
@@ -380,9 +377,9 @@ def build(flags: Mapping[str, Any], env: Mapping[str, Any], file: FileConfig | N
         merged.update(file.values)
     merged.update(env)
     merged.update(flags)
-    settings = replace(Settings(config_file=config_file), **merged)
+    settings = Settings(config_file=config_file)._replace(**merged)
     if file is not None and file.time_slicing is not None:
-        settings = replace(settings, time_slicing=file.time_slicing)
+        settings = settings._replace(time_slicing=file.time_slicing)
     return validate(settings, origin={**{k: "file" for k in (file.values if file else {})},
                                       **{k: "env" for k in env}, **{k: "flag" for k in flags}})
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import inotify
 
@@ -22,8 +22,7 @@ DIR_EVENTS = inotify.IN_CREATE | inotify.IN_DELETE | inotify.IN_MOVED_FROM | ino
 FILE_EVENTS = inotify.IN_CLOSE_WRITE | inotify.IN_MOVED_TO
 
 
-@dataclass(frozen=True)
-class Watches:
+class Watches(NamedTuple):
     socket_wd: int | None
     config_wd: int | None
     kubelet_name: str  # kubelet.sock
@@ -31,8 +30,7 @@ class Watches:
     config_name: str | None  # the config file's name in its directory
 
 
-@dataclass(frozen=True)
-class Seen:
+class Seen(NamedTuple):
     """What a batch of events asks the session to do."""
 
     resync: bool = False  # events were lost or the socket directory went: re-check from the files

@@ -10,7 +10,7 @@ import ctypes
 import errno
 import os
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # Event bits, from <sys/inotify.h>.
 IN_ACCESS = 0x00000001
@@ -42,8 +42,7 @@ _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len (struct inotify_event w
 _READ_SIZE = 64 * 1024  # holds hundreds of events; the kernel never splits one across reads
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     wd: int  # the watch descriptor add_watch returned (-1 for IN_Q_OVERFLOW)
     mask: int
     name: str  # entry name inside the watched directory; "" for events on the directory itself

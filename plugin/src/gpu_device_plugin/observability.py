@@ -11,13 +11,12 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Status:
+class Status(NamedTuple):
     version: str
     backend: str
     resource: str

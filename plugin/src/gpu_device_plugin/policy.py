@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .cdi_names import TOOLKIT_KIND
 from .model import HEALTHY, Gpu, Health
@@ -23,8 +23,7 @@ class AllocationError(ValueError):
     """The kubelet asked for something we cannot give; the message names the IDs."""
 
 
-@dataclass(frozen=True)
-class AdvertisedDevice:
+class AdvertisedDevice(NamedTuple):
     """One entry of ListAndWatch: a whole GPU, or one time-slicing replica of it."""
 
     id: str
@@ -32,13 +31,17 @@ class AdvertisedDevice:
     replica: int | None = None
 
 
-@dataclass(frozen=True)
 class ContainerAllocation:
-    envs: dict[str, str] = field(default_factory=dict)
-    mounts: list[tuple[str, str, bool]] = field(default_factory=list)  # (container, host, read_only)
-    device_specs: list[tuple[str, str, str]] = field(default_factory=list)  # (container, host, permissions)
-    annotations: dict[str, str] = field(default_factory=dict)
-    cdi_devices: list[str] = field(default_factory=list)
+    """One container's response, filled in by `allocate`."""
+
+    __slots__ = ("envs", "mounts", "device_specs", "annotations", "cdi_devices")
+
+    def __init__(self) -> None:
+        self.envs: dict[str, str] = {}
+        self.mounts: list[tuple[str, str, bool]] = []  # (container, host, read_only)
+        self.device_specs: list[tuple[str, str, str]] = []  # (container, host, permissions)
+        self.annotations: dict[str, str] = {}
+        self.cdi_devices: list[str] = []
 
 
 # ---------------------------------------------------------------- advertising

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from .config import backend_conflict
 from .settings import Settings
@@ -13,8 +13,7 @@ RESTART_FIELDS = ("device_discovery_strategy", "simulated_gpus", "host_root", "k
                   "simulated_health_dir", "metrics_address", "health_recovery_period")
 
 
-@dataclass(frozen=True)
-class ReloadPlan:
+class ReloadPlan(NamedTuple):
     settings: Settings | None  # what to apply; None when there is nothing to do or it was rejected
     kept: tuple[str, ...] = ()  # restart-only fields whose running values stay
     rejection: str = ""  # why the change was refused (the last good settings stay)
@@ -32,4 +31,4 @@ def plan(old: Settings, new: Settings, backend: str | None) -> ReloadPlan:
 
 
 def keep_fields(new: Settings, old: Settings, names: Sequence[str]) -> Settings:
-    return replace(new, **{n: getattr(old, n) for n in names})
+    return new._replace(**{n: getattr(old, n) for n in names})

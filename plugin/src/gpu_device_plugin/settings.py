@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
 DEFAULT_RESOURCE = "nvidia.com/gpu"
@@ -21,15 +21,13 @@ class ConfigError(ValueError):
     """A setting is invalid; the message names the flag/field and how to fix it."""
 
 
-@dataclass(frozen=True)
-class TimeSlicing:
+class TimeSlicing(NamedTuple):
     replicas: int = 1  # 1 = no sharing
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     kubelet_socket: str = DEFAULT_KUBELET_SOCKET
     device_discovery_strategy: str = "auto"
     fail_on_init_error: bool = False
@@ -47,7 +45,7 @@ class Settings:
     health_recovery_period: float = 60.0
     log_level: str = "info"
     config_file: str = ""
-    time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
+    time_slicing: TimeSlicing = TimeSlicing()
 
     @property
     def socket_dir(self) -> str:

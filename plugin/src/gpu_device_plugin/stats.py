@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 
-@dataclass
-class Counts:
+class Counts(NamedTuple):
+    """A snapshot of the counters (Stats holds the live values)."""
+
     registrations: int = 0
     registration_failures: int = 0
     kubelet_restarts: int = 0
@@ -18,35 +19,40 @@ class Counts:
     config_rejections: int = 0
     loop_wakeups: int = 0  # main-loop iterations: proves the loop sleeps when nothing happens
     registered: bool = False
-    started_at: float = field(default_factory=time.monotonic)
+    started_at: float = 0.0  # monotonic clock; Stats sets it when created
     first_registered_at: float | None = None
 
 
 class Stats:
-    """`Counts` behind a lock: `+=` on a shared attribute from several threads can lose updates."""
+    """The counters behind a lock: `+=` on a shared value from several threads can lose updates."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts = Counts()
+        self._values = Counts(started_at=time.monotonic())._asdict()
 
     def add(self, name: str, amount: int = 1) -> None:
         with self._lock:
-            setattr(self._counts, name, getattr(self._counts, name) + amount)
+            self._values[name] = self._value(name) + amount
 
     def set(self, **values: object) -> None:
         with self._lock:
             for name, value in values.items():
-                if not hasattr(self._counts, name):
-                    raise AttributeError(name)
-                setattr(self._counts, name, value)
+                self._value(name)
+                self._values[name] = value
 
     def snapshot(self) -> Counts:
         with self._lock:
-            return replace(self._counts)
+            return Counts(**self._values)
+
+    def _value(self, name: str) -> object:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
     def __getattr__(self, name: str) -> object:
         # read access as attributes (stats.registrations) for the daemon and the tests
         if name.startswith("_"):
             raise AttributeError(name)
         with self._lock:
-            return getattr(self._counts, name)
+            return self._value(name)

@@ -18,8 +18,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .cdi import cdi_enabled, spec_path
 from .cdi_names import TOOLKIT_KIND
@@ -36,8 +35,7 @@ _DRIVER_ARG = re.compile(r"--host-driver-version=(\S+)")
 _NVML_GPU_NODE = re.compile(r"/dev/nvidia\d+")
 
 
-@dataclass(frozen=True)
-class ToolkitSpec:
+class ToolkitSpec(NamedTuple):
     """What the toolkit's spec says: device name -> the device nodes it injects, and for what driver."""
 
     path: str
@@ -48,12 +46,11 @@ class ToolkitSpec:
     libraries: int = 0  # spec-wide mounts: the driver libraries a container gets
 
 
-@dataclass(frozen=True)
-class Coverage:
+class Coverage(NamedTuple):
     """For each GPU ID: its qualified CDI name in the toolkit's spec, or why it has none."""
 
-    names: Mapping[str, str] = field(default_factory=dict)
-    problems: Mapping[str, str] = field(default_factory=dict)
+    names: Mapping[str, str]
+    problems: Mapping[str, str]
 
 
 def _strings(items: Any) -> list[str]:

@@ -26,8 +26,7 @@ import socket
 import struct
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from . import h2
 from .status import RpcFailure, StatusCode, encode_message
@@ -61,8 +60,7 @@ class Watch(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Method:
+class Method(NamedTuple):
     request_class: Any  # a protobuf message class: FromString
     handler: Callable[[Any, CallContext], Any]  # unary: the response; streaming: a Watch
     streaming: bool

@@ -6,19 +6,17 @@ under `root` (default "/") so tests point it at fixture trees.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..model import Gpu
 
 
-@dataclass(frozen=True)
-class Probe:
+class Probe(NamedTuple):
     """Whether a backend applies to this machine, and the evidence either way."""
 
     usable: bool
     reason: str  # one human line: what was found or missing, and why that decides
-    evidence: tuple[str, ...] = field(default_factory=tuple)  # e.g. ("/etc/nv_tegra_release: R32.7.6",)
+    evidence: tuple[str, ...] = ()  # e.g. ("/etc/nv_tegra_release: R32.7.6",)
 
 
 class DiscoveryError(Exception):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..settings import Settings
 from .base import Backend, Probe
@@ -10,8 +10,7 @@ from .simulated import SimulatedBackend
 from .tegra import TegraBackend
 
 
-@dataclass(frozen=True)
-class Choice:
+class Choice(NamedTuple):
     backend: Backend | None  # None: no GPU on this machine
     reason: str
     probes: tuple[tuple[str, Probe], ...] = ()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 # Xids that report an application's fault, not the GPU's: the official plugin's skip list.
 # 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped processing
@@ -21,8 +21,7 @@ ENABLE_ENV = "DP_ENABLE_HEALTHCHECKS"
 _ALL_WORDS = ("all", "xids")
 
 
-@dataclass(frozen=True)
-class XidPolicy:
+class XidPolicy(NamedTuple):
     """Which Xids mark a GPU Unhealthy, after the official plugin's environment variables.
 
     `disabled`: DP_DISABLE_HEALTHCHECKS was `all`/`xids`: nothing marks a GPU except Xids
@@ -33,7 +32,7 @@ class XidPolicy:
     ignored: frozenset[int] = APPLICATION_XIDS
     forced: frozenset[int] = frozenset()
     forced_all: bool = False
-    warnings: tuple[str, ...] = field(default=(), compare=False)  # for the caller to log once
+    warnings: tuple[str, ...] = ()  # for the caller to log once
 
     def is_critical(self, xid: int) -> bool:
         if self.forced_all or xid in self.forced:
@@ -89,8 +88,7 @@ def xid_policy_from_env(env: Mapping[str, str]) -> XidPolicy:
     )
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(NamedTuple):
     """One look at a GPU: it answered normally (`ok`), or something was wrong (`reason`)."""
 
     ok: bool
@@ -104,8 +102,7 @@ def bad(reason: str) -> Observation:
     return Observation(False, reason)
 
 
-@dataclass(frozen=True)
-class HealthRecord:
+class HealthRecord(NamedTuple):
     """What a monitor remembers of one GPU between observations."""
 
     healthy: bool = True

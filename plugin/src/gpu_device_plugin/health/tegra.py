@@ -31,7 +31,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .. import inotify
 from ..model import Gpu
@@ -52,14 +52,12 @@ _OLD_GPU_LINE = re.compile(r"(?:gk20a|gm20b|gp10b|gv11b|ga10b|nvgpu)\s+\S+:\s+(?
 _ERR_LEVEL = 3  # KERN_ERR; nvgpu_err and dev_err log at this level
 
 
-@dataclass(frozen=True)
-class KmsgRecord:
+class KmsgRecord(NamedTuple):
     level: int | None  # syslog level 0-7 when the line carried a /dev/kmsg prefix
     text: str
 
 
-@dataclass(frozen=True)
-class GpuLogError:
+class GpuLogError(NamedTuple):
     """An nvgpu error line that may matter: `xid` for channel errors, None for driver failures."""
 
     xid: int | None
