@@ -35,3 +35,8 @@ def test_watchdog_and_restart_stay() -> None:
     unit = service()
     assert seconds(unit["WatchdogSec"]) > 0
     assert unit["Restart"] == "always"
+
+
+def test_the_unit_gives_the_plugin_a_cache_directory_for_its_parsed_config() -> None:
+    # without it every start imports PyYAML again (config_cache reads $CACHE_DIRECTORY)
+    assert service()["CacheDirectory"] == "gpu-device-plugin"

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from . import config_cache
 from .cdi_names import TOOLKIT_KIND, split_kind
 from .settings import (
     ALLOCATION_POLICIES,
@@ -202,14 +203,11 @@ class FileConfig(NamedTuple):
     warnings: tuple[str, ...]
 
 
-def parse_file(text: str, source: str = "config file") -> FileConfig:
-    """Parse a v1 YAML/JSON config file. Raises ConfigError naming the field."""
-    import yaml  # only when a file is used: keeps the idle footprint down
+def parse_file(text: str, source: str = "config file", cache_dir: str = "") -> FileConfig:
+    """Parse a v1 YAML/JSON config file. Raises ConfigError naming the field.
 
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(_yaml_error(exc, source)) from None
+    `cache_dir`: where the parsed document of this exact text may be kept (config_cache)."""
+    doc = config_cache.document(text, lambda t: _parse_yaml(t, source), cache_dir)
     if doc is None:
         raise ConfigError(f"{source} is empty: it needs at least 'version: v1' (the official plugin's format)")
     if not isinstance(doc, dict):
@@ -228,6 +226,15 @@ def parse_file(text: str, source: str = "config file") -> FileConfig:
         else []
     )
     return FileConfig(values, time_slicing, warnings)
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    import yaml  # only when a file is used and not cached: start-up time
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(_yaml_error(exc, source)) from None
 
 
 def _yaml_error(exc: Exception, source: str) -> str:
@@ -441,6 +448,6 @@ def load(argv_namespace: Any, environ: Mapping[str, str],
             raise ConfigError(f"config file {path}: cannot read it ({exc.strerror}); fix the path or {drop}") from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-        file_config = parse_file(text, source=f"config file {path}")
+        file_config = parse_file(text, source=f"config file {path}", cache_dir=config_cache.cache_dir(environ))
     settings = build(flags, env, file_config, config_file=path)
     return settings, (file_config.warnings if file_config else ())
