@@ -24,8 +24,6 @@ Choices, with the why:
   device valid (CDI refuses devices with no edits) and lets smoke tests see the injection.
 """
 
-from __future__ import annotations
-
 import contextlib
 import errno
 import glob

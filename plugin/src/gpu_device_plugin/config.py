@@ -5,8 +5,6 @@ The file format is the official NVIDIA plugin's `version: v1` config (`flags`, `
 with camelCase names. Parsing is pure: text/dicts in, `Settings` or `ConfigError` out.
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple

@@ -6,8 +6,6 @@ file's directory tells us when the file was replaced. A queue overflow loses eve
 both, so it asks for every re-check.
 """
 
-from __future__ import annotations
-
 import logging
 import os
 from collections.abc import Sequence

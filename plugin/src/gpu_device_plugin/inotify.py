@@ -4,8 +4,6 @@ Linux only. The descriptor is non-blocking: `read_events()` returns [] when noth
 pending, and callers wait on `fileno()` with select/poll, so a watch costs no CPU while idle.
 """
 
-from __future__ import annotations
-
 import ctypes
 import errno
 import os
@@ -108,7 +106,7 @@ class Inotify:
             fd, self._fd = self._fd, -1
             os.close(fd)
 
-    def __enter__(self) -> Inotify:
+    def __enter__(self) -> "Inotify":
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -5,8 +5,6 @@ building ~20 frozen ones cost about 20 ms of the plugin's start (bench/kubelet_b
 a fifth of it; a NamedTuple class costs next to nothing.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple

@@ -4,8 +4,6 @@ Off unless --metrics-address is set (loopback is the documented default). Render
 pure; the server is the standard library's, started only when asked for.
 """
 
-from __future__ import annotations
-
 import contextlib
 import logging
 import socket

@@ -4,8 +4,6 @@ Every function here is a pure function of (GPUs, health, settings, request), so 
 behaviour the kubelet sees is tested with plain values.
 """
 
-from __future__ import annotations
-
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence

@@ -1,7 +1,5 @@
 """What a configuration change may change while running. Pure: old and new settings in, a plan out."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from typing import NamedTuple
 

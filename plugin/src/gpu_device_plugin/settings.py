@@ -3,8 +3,6 @@
 `config` turns flags, environment and the YAML file into these; `cli` owns argparse.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"

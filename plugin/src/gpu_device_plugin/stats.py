@@ -1,7 +1,5 @@
 """Counters for /metrics and the tests, bumped from gRPC, monitor and main-loop threads alike."""
 
-from __future__ import annotations
-
 import threading
 import time
 from typing import NamedTuple

@@ -10,8 +10,6 @@ driver version or before the GPUs changed): then a GPU is not "covered" and the 
 back (envvar for NVML GPUs, our own spec for Jetsons) after saying why in one line.
 """
 
-from __future__ import annotations
-
 import glob
 import logging
 import os

@@ -4,8 +4,6 @@ A backend knows its hardware and nothing about gRPC or the kubelet. It reads the
 under `root` (default "/") so tests point it at fixture trees.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple, Protocol
 
 from ..model import Gpu

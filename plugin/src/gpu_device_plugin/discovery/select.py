@@ -1,7 +1,5 @@
 """Pick the discovery backend for a strategy, and say why in one line."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from ..settings import Settings

@@ -4,8 +4,6 @@ No I/O here: the monitors feed plain values (an Xid, an observation, the time) a
 the answers, so every rule is testable without NVML, a kernel log or a clock.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Mapping
 from typing import NamedTuple

@@ -20,8 +20,6 @@ How they are judged (see `classify_kmsg_line`):
   trick), debug dumps, other drivers, and [ERR] lines not listed above.
 """
 
-from __future__ import annotations
-
 import errno
 import logging
 import os
