@@ -131,19 +131,45 @@ def test_check_reports_a_bad_config_file_and_still_checks_the_node(tmp_path: Pat
 
 
 def test_flags_before_a_subcommand_are_kept() -> None:
-    from gpu_device_plugin.cli import build_parser
+    from gpu_device_plugin.cli import parse_args
 
-    args = build_parser().parse_args(["--simulated-gpus", "3", "--kubelet-socket", "/x/kubelet.sock", "serve"])
+    args = parse_args(["--simulated-gpus", "3", "--kubelet-socket", "/x/kubelet.sock", "serve"])
     assert (args.simulated_gpus, args.kubelet_socket) == ("3", "/x/kubelet.sock")
-    args = build_parser().parse_args(["check", "--simulated-gpus", "4"])
+    args = parse_args(["check", "--simulated-gpus", "4"])
     assert args.simulated_gpus == "4"
+
+
+@pytest.mark.parametrize("command", ["serve", "discover", "check", "node-labels"])
+def test_every_subcommand_takes_the_config_flags_after_its_name(command: str) -> None:
+    from gpu_device_plugin.cli import parse_args
+
+    extra = ["--output", "/tmp/labels.yaml"] if command == "node-labels" else []
+    args = parse_args([command, "--device-id-strategy", "index", "--config-file", "/etc/x.yaml", *extra])
+    assert (args.command, args.device_id_strategy, args.config_file) == (command, "index", "/etc/x.yaml")
+
+
+def test_a_flag_value_that_is_a_command_name_changes_nothing() -> None:
+    from gpu_device_plugin.cli import parse_args
+
+    args = parse_args(["--config-file", "check", "--log-level", "debug"])
+    assert (args.command, args.config_file, args.log_level) == (None, "check", "debug")
+
+
+def test_help_lists_the_flags_at_the_top_and_under_a_subcommand(capsys) -> None:
+    from gpu_device_plugin.cli import parse_args
+
+    for argv in (["--help"], ["discover", "--help"]):
+        with pytest.raises(SystemExit) as stopped:
+            parse_args(argv)
+        assert stopped.value.code == 0
+        assert "--device-discovery-strategy" in capsys.readouterr().out
 
 
 def test_boolean_flags_work_bare_like_the_official_plugin() -> None:
     from gpu_device_plugin import config
-    from gpu_device_plugin.cli import build_parser
+    from gpu_device_plugin.cli import parse_args
 
-    args = build_parser().parse_args(["--pass-device-specs", "--fail-on-init-error", "false"])
+    args = parse_args(["--pass-device-specs", "--fail-on-init-error", "false"])
     values = config.parse_flags(args)
     assert values["pass_device_specs"] is True and values["fail_on_init_error"] is False
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 from gpu_device_plugin import policy
 from gpu_device_plugin.config import Settings, TimeSlicing

@@ -49,7 +49,7 @@ DEVICE_PERMISSIONS = "rw"  # read/write is all a GPU node needs; CDI's default a
 SPEC_MODE = 0o644
 KNOWN_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 
-_NVML_GPU_NODE = re.compile(r"/dev/nvidia\d+")
+_NVML_GPU_NODE = r"/dev/nvidia\d+"  # patterns: compiled on use (re caches)
 _TEMP_SUFFIX = ".tmp"  # not .json/.yaml, so a runtime watching the dir never loads a half-written file
 
 Warn = Callable[[str], None]
@@ -97,7 +97,7 @@ def read_csv_files(root: str = "/", warn: Warn | None = None) -> dict[str, str]:
 
 
 RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
-_ALT_ROOTS = re.compile(r"^\s*alt-roots\s*=\s*\[([^\]]*)\]", re.MULTILINE)
+_ALT_ROOTS = r"(?m)^\s*alt-roots\s*=\s*\[([^\]]*)\]"
 
 
 def read_alt_roots(root: str = "/") -> list[str]:
@@ -110,7 +110,7 @@ def read_alt_roots(root: str = "/") -> list[str]:
             text = f.read()
     except OSError:
         return []
-    match = _ALT_ROOTS.search(text)
+    match = re.search(_ALT_ROOTS, text)
     roots = re.findall(r"""["']([^"']+)["']""", match.group(1)) if match else []
     return [r for r in roots if r.startswith("/")]
 
@@ -219,7 +219,7 @@ def build_spec(gpus: Sequence[Gpu], settings: Settings, csv_files: Mapping[str, 
     for gpu in usable:
         own = list(gpu.device_nodes)
         if gpu.backend == "nvml":
-            own = [n for n in gpu.device_nodes if _NVML_GPU_NODE.fullmatch(n)]
+            own = [n for n in gpu.device_nodes if re.fullmatch(_NVML_GPU_NODE, n)]
             shared_nodes += [n for n in gpu.device_nodes if n not in own]
         # CDI refuses a device with no edits; a GPU with no node of its own is named in the env instead
         prefix = "SIMULATED_GPU" if gpu.backend == "simulated" else "CDI_GPU"
@@ -290,7 +290,7 @@ def validate_spec(spec: Mapping[str, Any]) -> None:
     for i, device in enumerate(devices):
         name = str(device.get("name", ""))
         where = f"device {name!r}" if name else f"devices[{i}]"
-        if not DEVICE_NAME.fullmatch(name):
+        if not re.fullmatch(DEVICE_NAME, name):
             problems.append(f"{where}: invalid CDI device name (letters, digits, '_', '-', '.', ':'; "
                             "must start and end with a letter or digit)")
         if name in seen:

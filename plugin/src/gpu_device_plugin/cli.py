@@ -40,23 +40,34 @@ def add_config_arguments(parser: argparse.ArgumentParser, default: Any = None) -
                             help=f"{option.help} [env {option.env}]", **extra)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(add_help=False)
-    add_config_arguments(top)
-    common = argparse.ArgumentParser(add_help=False)
-    add_config_arguments(common, default=argparse.SUPPRESS)
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser for this command line. A subcommand's copy of the config flags is added only
+    when its name is on the line: argparse can reach a subcommand only through its name, and
+    five unused copies of ~25 flags were a tenth of the plugin's start (what the unit runs
+    names no subcommand)."""
+    named = set(argv)
+    common: list[argparse.ArgumentParser] = []
+    if named & {"serve", "discover", "check", "node-labels"}:
+        common.append(argparse.ArgumentParser(add_help=False))
+        add_config_arguments(common[0], default=argparse.SUPPRESS)
+
+    def parents(command: str) -> list[argparse.ArgumentParser]:
+        return common if command in named else []
+
     parser = argparse.ArgumentParser(
-        prog="gpu-device-plugin", parents=[top],
+        prog="gpu-device-plugin",
         description="Kubernetes device plugin for NVIDIA GPUs (Jetson/Tegra, NVML, simulated). "
                     "Without a command it serves nvidia.com/gpu to the kubelet.",
     )
+    add_config_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("serve", parents=[common], help="serve GPUs to the kubelet (default)")
-    discover = sub.add_parser("discover", parents=[common], help="show which GPUs discovery finds here, and why")
+    sub.add_parser("serve", parents=parents("serve"), help="serve GPUs to the kubelet (default)")
+    discover = sub.add_parser("discover", parents=parents("discover"),
+                              help="show which GPUs discovery finds here, and why")
     discover.add_argument("--json", action="store_true", help="machine-readable output")
-    sub.add_parser("check", parents=[common],
+    sub.add_parser("check", parents=parents("check"),
                    help="is this node set up for GPU pods? (discovery, device nodes, runtime, k3s, kubelet)")
-    labels = sub.add_parser("node-labels", parents=[common],
+    labels = sub.add_parser("node-labels", parents=parents("node-labels"),
                             help="write a k3s config drop-in labelling this node with the GPU discovery finds "
                                  "(removed when there is none)")
     labels.add_argument("--output", metavar="PATH", required=True,
@@ -65,13 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    return build_parser(argv).parse_args(argv)
+
+
 def load_settings(namespace: argparse.Namespace) -> tuple[Settings, tuple[str, ...]]:
     return config.load(namespace, os.environ, _read)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
     if args.command == "version":
         print(__version__)
         return 0

@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 REGENERATE = "nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml"
-_DRIVER_ARG = re.compile(r"--host-driver-version=(\S+)")
-_NVML_GPU_NODE = re.compile(r"/dev/nvidia\d+")
+_DRIVER_ARG = r"--host-driver-version=(\S+)"  # patterns: compiled on use (re caches)
+_NVML_GPU_NODE = r"/dev/nvidia\d+"
 
 
 class ToolkitSpec(NamedTuple):
@@ -85,7 +85,7 @@ def parse_spec(text: str, path: str, mtime: float = 0.0) -> ToolkitSpec:
     driver = ""
     for hook in common.get("hooks") or []:
         for arg in _strings(hook.get("args")) if isinstance(hook, dict) else []:
-            match = _DRIVER_ARG.fullmatch(arg)
+            match = re.fullmatch(_DRIVER_ARG, arg)
             if match:
                 driver = match.group(1)
     mounts = common.get("mounts")
@@ -132,7 +132,7 @@ def read_specs(root: str = "/", kind: str = TOOLKIT_KIND, dirs: Sequence[str] = 
 
 
 def _gpu_node(gpu: Gpu) -> str:
-    return next((n for n in gpu.device_nodes if _NVML_GPU_NODE.fullmatch(n)), "")
+    return next((n for n in gpu.device_nodes if re.fullmatch(_NVML_GPU_NODE, n)), "")
 
 
 def match_gpu(gpu: Gpu, specs: Sequence[ToolkitSpec], id_strategy: str) -> tuple[str, str]:
@@ -157,7 +157,7 @@ def match_gpu(gpu: Gpu, specs: Sequence[ToolkitSpec], id_strategy: str) -> tuple
     if not name:
         return "", f"{where} names neither {gpu.id} nor {index} (made before this GPU was installed?)"
     node = _gpu_node(gpu)
-    spec_nodes = [n for n in devices[name] if _NVML_GPU_NODE.fullmatch(n)]
+    spec_nodes = [n for n in devices[name] if re.fullmatch(_NVML_GPU_NODE, n)]
     if node and spec_nodes and node not in spec_nodes:
         return "", (f"{owner[name].path} gives {name} the node {spec_nodes[0]} but NVML says this GPU is {node} "
                     "(the GPUs changed since the spec was made)")

@@ -43,8 +43,8 @@ def encode_message(details: str) -> bytes:
                     for byte in details.encode())
 
 
-_ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})")
+_ESCAPE = rb"%([0-9A-Fa-f]{2})"  # compiled on first use (re caches)
 
 
 def decode_message(value: bytes) -> str:
-    return _ESCAPE.sub(lambda m: bytes((int(m.group(1), 16),)), value).decode("utf-8", "replace")
+    return re.sub(_ESCAPE, lambda m: bytes((int(m.group(1), 16),)), value).decode("utf-8", "replace")

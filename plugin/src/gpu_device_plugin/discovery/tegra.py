@@ -38,11 +38,11 @@ ESSENTIAL_NODES = ("/dev/nvhost-gpu", "/dev/nvhost-ctrl-gpu", "/dev/nvgpu/igpu0/
 
 
 RELEASE_FILES = ("/etc/nv_tegra_release", "/usr/share/nv_tegra/nv_tegra_release")
-_RELEASE = re.compile(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)")
+_RELEASE = r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)"  # compiled on use (re caches)
 NVPMODEL_CONF = "/etc/nvpmodel.conf"
 NVPMODEL_STATUS = "/var/lib/nvpmodel/status"
-_POWER_MODEL = re.compile(r"<\s*POWER_MODEL\s+ID=(\d+)\s+NAME=([^\s>]+)")
-_PM_DEFAULT = re.compile(r"<\s*PM_CONFIG\s+DEFAULT=(\d+)")
+_POWER_MODEL = r"<\s*POWER_MODEL\s+ID=(\d+)\s+NAME=([^\s>]+)"
+_PM_DEFAULT = r"<\s*PM_CONFIG\s+DEFAULT=(\d+)"
 
 
 class TegraBackend:
@@ -117,7 +117,7 @@ class TegraBackend:
 
         meta-tegra keeps the first line in /etc and a copy in /usr/share/nv_tegra."""
         for path in RELEASE_FILES:
-            match = _RELEASE.search(self._read(path) or "")
+            match = re.search(_RELEASE, self._read(path) or "")
             if match:
                 return f"R{match.group(1)}.{match.group(2).rstrip('.')}"
         return ""
@@ -128,10 +128,10 @@ class TegraBackend:
         /var/lib/nvpmodel/status holds the mode set now ('pmode:0002 ...'); without it the
         configuration's default (`< PM_CONFIG DEFAULT=2 >`) is what boot applies."""
         conf = self._read_all(NVPMODEL_CONF) or ""
-        names = {int(m.group(1)): m.group(2) for m in _POWER_MODEL.finditer(conf)}
+        names = {int(m.group(1)): m.group(2) for m in re.finditer(_POWER_MODEL, conf)}
         status = self._read(NVPMODEL_STATUS) or ""
         current = re.search(r"pmode:\s*(\d+)", status) or re.fullmatch(r"\s*(\d+)\s*", status)
-        chosen = current or _PM_DEFAULT.search(conf)
+        chosen = current or re.search(_PM_DEFAULT, conf)
         if chosen is None:
             return ""
         number = int(chosen.group(1))
