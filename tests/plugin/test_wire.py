@@ -97,3 +97,10 @@ def test_malformed_bytes_are_a_decode_error(data: bytes) -> None:
 def test_unknown_attributes_are_refused() -> None:
     with pytest.raises(TypeError, match="no field devices"):
         wire.AllocateRequest(devices=[])
+
+
+def test_both_modules_name_every_message_of_the_api_and_nothing_else() -> None:
+    for module in (wire, pb):
+        assert {name: getattr(module, name) for name in MESSAGES} == module.CLASSES
+    assert wire.AllocateResponse.__name__ == "AllocateResponse"
+    assert pb.AllocateResponse.DESCRIPTOR.full_name == "v1beta1.AllocateResponse"

@@ -232,23 +232,5 @@ CLASSES: dict[str, type[Message]] = {
     for name, fields in MESSAGES.items()
 }
 
-DevicePluginOptions = CLASSES["DevicePluginOptions"]
-RegisterRequest = CLASSES["RegisterRequest"]
-Empty = CLASSES["Empty"]
-ListAndWatchResponse = CLASSES["ListAndWatchResponse"]
-TopologyInfo = CLASSES["TopologyInfo"]
-NUMANode = CLASSES["NUMANode"]
-Device = CLASSES["Device"]
-PreStartContainerRequest = CLASSES["PreStartContainerRequest"]
-PreStartContainerResponse = CLASSES["PreStartContainerResponse"]
-PreferredAllocationRequest = CLASSES["PreferredAllocationRequest"]
-ContainerPreferredAllocationRequest = CLASSES["ContainerPreferredAllocationRequest"]
-PreferredAllocationResponse = CLASSES["PreferredAllocationResponse"]
-ContainerPreferredAllocationResponse = CLASSES["ContainerPreferredAllocationResponse"]
-AllocateRequest = CLASSES["AllocateRequest"]
-ContainerAllocateRequest = CLASSES["ContainerAllocateRequest"]
-CDIDevice = CLASSES["CDIDevice"]
-AllocateResponse = CLASSES["AllocateResponse"]
-ContainerAllocateResponse = CLASSES["ContainerAllocateResponse"]
-Mount = CLASSES["Mount"]
-DeviceSpec = CLASSES["DeviceSpec"]
+# every message class as a module attribute under its proto name (wire.Device, pb.Device)
+globals().update(CLASSES)
