@@ -1,4 +1,5 @@
-"""The policy core stays apart from the CLI: importing it loads no argument parsing."""
+"""The policy core stays apart from the CLI: importing it loads no argument parsing; what a
+start loads stays lean (each of these cost milliseconds of every start, bench/kubelet_bench.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,20 @@ def test_the_policy_core_does_not_import_the_cli_or_argparse() -> None:
     probe = ("import sys, gpu_device_plugin.policy, gpu_device_plugin.servicer, gpu_device_plugin.state; "
              "print(sorted(m for m in ('argparse', 'gpu_device_plugin.cli', 'gpu_device_plugin.config') "
              "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_serve_path_imports_nothing_a_start_does_not_need() -> None:
+    # dataclasses pulls in inspect and ast; yaml is read from config_cache's copy; the rest
+    # only on request (NVML, the metrics listener, TLS/hash for cdi-annotations, asyncio)
+    probe = ("import sys\n"
+             "from gpu_device_plugin import cli, daemon\n"
+             "from gpu_device_plugin.discovery import tegra, simulated\n"
+             "from gpu_device_plugin.health import tegra as t, simulated as s\n"
+             "print(sorted(m for m in ('dataclasses', 'inspect', 'ast', 'yaml', 'pynvml', 'http.server', 'hashlib',"
+             " 'ssl', 'asyncio', 'grpc', 'google.protobuf') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
