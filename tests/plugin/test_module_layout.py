@@ -21,13 +21,14 @@ def test_the_policy_core_does_not_import_the_cli_or_argparse() -> None:
 
 def test_the_serve_path_imports_nothing_a_start_does_not_need() -> None:
     # dataclasses pulls in inspect and ast; yaml is read from config_cache's copy; the rest
-    # only on request (NVML, the metrics listener, TLS/hash for cdi-annotations, asyncio)
+    # only on request (NVML, the metrics listener, hashlib for cdi-annotations, tempfile to write a
+    # CDI spec, asyncio)
     probe = ("import sys\n"
              "from gpu_device_plugin import cli, daemon\n"
              "from gpu_device_plugin.discovery import tegra, simulated\n"
              "from gpu_device_plugin.health import tegra as t, simulated as s\n"
              "print(sorted(m for m in ('dataclasses', 'inspect', 'ast', 'yaml', 'pynvml', 'http.server', 'hashlib',"
-             " 'ssl', 'asyncio', 'grpc', 'google.protobuf') if m in sys.modules))")
+             " 'ssl', 'asyncio', 'grpc', 'google.protobuf', 'tempfile') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
