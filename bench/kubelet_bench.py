@@ -224,11 +224,6 @@ def cpu_ms_precise(pid: int) -> float:
     return total / 1e6
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure(target: Target, client_binary: Path, args: argparse.Namespace) -> Sample:
     work = tempfile.mkdtemp(prefix="gdp-kb-", dir="/tmp")
     socket_dir = os.path.join(work, "sock")
@@ -252,9 +247,11 @@ def measure(target: Target, client_binary: Path, args: argparse.Namespace) -> Sa
         time.sleep(args.settle_seconds)  # let the admissions' garbage settle before reading memory
         rss, pss = memory_mib(proc.pid)
         libraries = loaded_libraries(proc.pid)
-        cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        # schedstat's nanoseconds, not /proc/PID/stat's clock ticks: a 10 ms tick charged to a
+        # thread that happened to be running is alone 0.017 % of a minute
+        cpu0, t0 = cpu_ms_precise(proc.pid), time.monotonic()
         time.sleep(args.idle_seconds)
-        idle = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0) * 100
+        idle = (cpu_ms_precise(proc.pid) - cpu0) / 1000 / (time.monotonic() - t0) * 100
         return Sample(target.name, start_ms, start_cpu_ms, p50, p99, rss, pss, idle, os.getloadavg()[0], libraries)
     finally:
         if proc is not None and proc.poll() is None:
