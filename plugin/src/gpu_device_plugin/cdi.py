@@ -48,7 +48,7 @@ DEVICE_PERMISSIONS = "rw"  # read/write is all a GPU node needs; CDI's default a
 SPEC_MODE = 0o644
 KNOWN_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 
-_NVML_GPU_NODE = r"/dev/nvidia\d+"  # patterns: compiled on use (re caches)
+NVML_GPU_NODE = r"/dev/nvidia\d+"  # a GPU's own node; patterns are compiled on use (re caches)
 _TEMP_SUFFIX = ".tmp"  # not .json/.yaml, so a runtime watching the dir never loads a half-written file
 
 Warn = Callable[[str], None]
@@ -218,7 +218,7 @@ def build_spec(gpus: Sequence[Gpu], settings: Settings, csv_files: Mapping[str, 
     for gpu in usable:
         own = list(gpu.device_nodes)
         if gpu.backend == "nvml":
-            own = [n for n in gpu.device_nodes if re.fullmatch(_NVML_GPU_NODE, n)]
+            own = [n for n in gpu.device_nodes if re.fullmatch(NVML_GPU_NODE, n)]
             shared_nodes += [n for n in gpu.device_nodes if n not in own]
         # CDI refuses a device with no edits; a GPU with no node of its own is named in the env instead
         prefix = "SIMULATED_GPU" if gpu.backend == "simulated" else "CDI_GPU"

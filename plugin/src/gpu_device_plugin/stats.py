@@ -34,9 +34,10 @@ class Stats:
 
     def set(self, **values: object) -> None:
         with self._lock:
-            for name, value in values.items():
-                self._value(name)
-                self._values[name] = value
+            unknown = [name for name in values if name not in self._values]
+            if unknown:
+                raise AttributeError(unknown[0])
+            self._values.update(values)
 
     def snapshot(self) -> Counts:
         with self._lock:

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .cdi import cdi_enabled, spec_path
+from .cdi import NVML_GPU_NODE, cdi_enabled, spec_path
 from .cdi_names import TOOLKIT_KIND
 from .model import Gpu
 from .settings import Settings
@@ -29,8 +29,7 @@ log = logging.getLogger(__name__)
 SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 REGENERATE = "nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml"
-_DRIVER_ARG = r"--host-driver-version=(\S+)"  # patterns: compiled on use (re caches)
-_NVML_GPU_NODE = r"/dev/nvidia\d+"
+_DRIVER_ARG = r"--host-driver-version=(\S+)"  # compiled on use (re caches)
 
 
 class ToolkitSpec(NamedTuple):
@@ -132,7 +131,7 @@ def read_specs(root: str = "/", kind: str = TOOLKIT_KIND, dirs: Sequence[str] = 
 
 
 def _gpu_node(gpu: Gpu) -> str:
-    return next((n for n in gpu.device_nodes if re.fullmatch(_NVML_GPU_NODE, n)), "")
+    return next((n for n in gpu.device_nodes if re.fullmatch(NVML_GPU_NODE, n)), "")
 
 
 def match_gpu(gpu: Gpu, specs: Sequence[ToolkitSpec], id_strategy: str) -> tuple[str, str]:
@@ -157,7 +156,7 @@ def match_gpu(gpu: Gpu, specs: Sequence[ToolkitSpec], id_strategy: str) -> tuple
     if not name:
         return "", f"{where} names neither {gpu.id} nor {index} (made before this GPU was installed?)"
     node = _gpu_node(gpu)
-    spec_nodes = [n for n in devices[name] if re.fullmatch(_NVML_GPU_NODE, n)]
+    spec_nodes = [n for n in devices[name] if re.fullmatch(NVML_GPU_NODE, n)]
     if node and spec_nodes and node not in spec_nodes:
         return "", (f"{owner[name].path} gives {name} the node {spec_nodes[0]} but NVML says this GPU is {node} "
                     "(the GPUs changed since the spec was made)")
