@@ -53,7 +53,7 @@ GPU_DRIVER_FILE = "/run/nvidia-gpu-driver-active"
 OPENRM = "openrm-l4t"
 OPENRM_CHIPS = ("T264",)  # SoCs whose iGPU only OpenRM drives, for a root without that file
 NVIDIA_CONTROL_NODE = "/dev/nvidiactl"
-NVIDIA_NODE_GLOB = "/dev/nvidia[0-9]*"
+NVIDIA_NODE_PATTERN = "nvidia[0-9]*"  # in /dev
 _NVIDIA_MINOR_NODE = r"/dev/nvidia(\d+)"
 # nvidia-uvm's nodes appear when nvidia-uvm loads (CUDA's first use); nvidia-modeset's with the
 # display stack: Allocate passes them when present, as for a dGPU
@@ -248,7 +248,7 @@ class TegraBackend:
         before the platform display device, which is the order the toolkit's Thor tests assume."""
         own = f"/dev/nvidia{minor if minor is not None else 0}"
         numbered = []
-        for path in glob.glob(self._path(NVIDIA_NODE_GLOB)):
+        for path in glob.glob(os.path.join(glob.escape(self._path("/dev")), NVIDIA_NODE_PATTERN)):
             node = "/" + os.path.relpath(path, self.root).lstrip("./")
             match = re.fullmatch(_NVIDIA_MINOR_NODE, node)
             if match and int(match.group(1)) not in other_minors:
