@@ -236,8 +236,7 @@ def flash(
     role: str | None = None,
     label: list[str] | None = None,
 ) -> None:
-    """Flash a Jetson Nano or Orin in USB recovery mode, or write its SD card, NVMe drive, or an
-    x86-64 node's disk.
+    """Flash a Jetson in USB recovery mode, or write an SD card, NVMe drive or x86-64 disk.
 
     Finds the board by its USB id in recovery mode (Nano 0955:7f21, Orin Nano 0955:7523, AGX
     Orin 0955:7023), unpacks the tegraflash package from the build and runs meta-tegra's

@@ -214,7 +214,9 @@ def run_check_image(options: CheckImageOptions, environ: Mapping[str, str] | Non
     except process.CommandFailed as failure:
         print("\n".join(failure.output_tail[-20:]))
         errors = [line for line in failure.output_tail if "ERROR" in line or "Error" in line]
-        hint = preflight.offline_hint(failure.output_tail) or (errors[-1] if errors else "kas/bitbake failed")
+        # check-image takes KAS_REPO_REF_DIR from the environment only
+        hint = preflight.offline_hint(failure.output_tail, option="") or (
+            errors[-1] if errors else "kas/bitbake failed")
         raise CheckImageError(f"{hint}\n  full log: {log}") from None
     result = ProbeResult.from_json(json.loads(out.read_text()))
     findings = closure_findings(result, options.role)

@@ -118,12 +118,13 @@ _OFFLINE_SIGNS = ("fetch repos failed", "could not resolve host", "temporary fai
                   "name or service not known")
 
 
-def offline_hint(output: Iterable[str]) -> str:
-    """When kas failed fetching the layers for lack of network: what to do about it."""
+def offline_hint(output: Iterable[str], option: str = " (--repo-ref-dir)") -> str:
+    """When kas failed fetching the layers for lack of network: what to do about it (option:
+    how the task takes KAS_REPO_REF_DIR besides the environment)."""
     text = "\n".join(output).lower()
     if not any(sign in text for sign in _OFFLINE_SIGNS):
         return ""
     return ("kas could not fetch the layers' git repositories: check the network (and a proxy), or build "
-            "from local copies: KAS_REPO_REF_DIR=DIR (--repo-ref-dir) with clones of the repositories, "
+            f"from local copies: KAS_REPO_REF_DIR=DIR{option} with clones of the repositories, "
             "KAS_PREMIRRORS for other git URLs, DL_DIR / SSTATE_MIRRORS for sources and sstate "
             "(docs/tooling.md)")

@@ -190,7 +190,8 @@ def machines_to_release(options: ReleaseOptions) -> list[Source]:
     names = [_machine_name_for_kas(options.kas)] if options.kas else list(build.MACHINES)
     found: list[Source] = []
     for name in names:
-        for role in build.ROLES:
+        default = build.MACHINES[name].default_role
+        for role in [default, *(role for role in build.ROLES if role != default)]:
             directory = build.built_deploy_dir(name, role, options.build_dir if options.kas else None)
             if all(source.directory != directory for source in found):
                 role_flag = "" if role == build.MACHINES[name].default_role else f" --role {role}"
@@ -233,15 +234,18 @@ def check_payload(path: Path, machine: str, payload_types: list[str]) -> None:
 
 
 def describe_sources(sources: list[Source], empty: list[Source]) -> str:
-    """Where release looked, for a person: built dirs without artifacts by name, the rest in a count."""
+    """Where release looked, for a person: the builds that exist but hold no artifact by name;
+    the machines and roles never built only in a count (they are no candidates)."""
     built = [source for source in empty if source.directory.is_dir()]
     unbuilt = [source for source in empty if not source.directory.is_dir()]
     parts = [f"{source.directory} ({source.built_by}) holds no .mender artifact: an image without A/B updates, or "
              "a build that stopped before it" for source in built]
-    if unbuilt and len(sources) > 1:
-        parts.append(f"not built: {', '.join(source.built_by.removeprefix('--machine ') for source in unbuilt)}")
-    elif unbuilt:
+    if len(sources) == 1 and unbuilt:
         parts.append(f"{unbuilt[0].directory} does not exist")
+    elif not built:
+        parts.append(f"no machine has been built under {BUILD_ROOT} yet")
+    elif unbuilt:
+        parts.append(f"the {len(unbuilt)} other machine and role builds do not exist")
     return "; ".join(parts)
 
 

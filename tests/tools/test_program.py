@@ -85,3 +85,18 @@ def test_the_program_uses_the_tasks_usage_status() -> None:
     from tools import program, usage
 
     assert program.USAGE_EXIT == usage.EXIT_USAGE == 2 and usage.EXIT_REFUSED == 1
+
+
+def test_the_first_run_without_pypi_says_what_it_needs_and_leaves_no_half_venv(tmp_path) -> None:
+    import shutil
+
+    shutil.copy(REPO_ROOT / "task", tmp_path / "task")
+    (tmp_path / "requirements").mkdir()
+    shutil.copy(REPO_ROOT / "requirements/tools.txt", tmp_path / "requirements/tools.txt")
+    offline = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "", "PIP_CONFIG_FILE": os.devnull}
+    completed = subprocess.run([str(tmp_path / "task"), "--list"], capture_output=True, text=True, timeout=300,
+                               check=False, env=offline)
+    assert completed.returncode == 1
+    assert "error: pip could not install the tooling (requirements/tools.txt) into .venvs/tools." in completed.stderr
+    assert "PIP_INDEX_URL" in completed.stderr and "Traceback" not in completed.stderr
+    assert not (tmp_path / ".venvs" / "tools").exists(), "the next run starts over"
