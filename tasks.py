@@ -201,7 +201,8 @@ def check_image(
         "build/MACHINE-ROLE for a --role that is not the machine's default)",
         "package": "a tegraflash package (.tegraflash.tar.gz; Orin: .tegraflash-tar.zst) instead of the build's",
         "sd-image": "write this SD card or disk image (.sdcard, .uefiimg) to --device with bmaptool; no tegraflash",
-        "device": "SD card to write, e.g. /dev/sdX (shown with model, size and partitions first)",
+        "device": "the whole disk to write, e.g. /dev/sdX or /dev/disk/by-id/usb-...: an SD card, the Orin's NVMe "
+        "drive in a USB adapter, an x86-64 node's drive (shown with model, size and partitions first)",
         "force-device": "write this device although it is not removable (an internal drive); must equal --device. "
         "Nothing lifts the other refusals: this host's own disk, a mounted or swap device, a read-only or too "
         "small one",

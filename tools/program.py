@@ -9,6 +9,7 @@ like every other usage error of the tasks (tools/usage.py; invoke itself exits 1
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import sys
 
@@ -77,5 +78,15 @@ class TaskProgram(Program):
 
 program = TaskProgram(name="meta-gpu-k8s tasks", binary="./task", version=__version__)
 
+def main() -> int:
+    try:
+        program.run()
+    except BrokenPipeError:
+        # `./task --help flash | head`: the reader left; no traceback (Python's documented way).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(program.run())
+    sys.exit(main())
