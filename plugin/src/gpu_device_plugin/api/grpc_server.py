@@ -57,7 +57,7 @@ _MAX_BLOCK = 4 * MAX_HEADER_LIST  # a compressed field block (HEADERS + CONTINUA
 # Output buffered for a peer that does not read: above OUT_LIMIT the connection stops
 # reading and parsing (no more PING/SETTINGS answers, no more calls) until it drains to half.
 OUT_LIMIT = 256 * 1024
-_REMEMBERED_RESETS = 256  # streams we reset, whose late frames are ignored (RFC 9113 5.1 "closed")
+_REMEMBERED_CLOSED = 256  # closed streams whose late frames we can still tell apart (RFC 9113 5.1)
 _CLOSE_GRACE = 1.0  # seconds a connection ended by an error has to take its GOAWAY
 _MAX_DETAILS = 1000  # characters of grpc-message: trailers stay one small frame
 _READ_SIZE = 64 * 1024
@@ -182,7 +182,8 @@ class _Connection:
         self.recv_window = RECEIVE_WINDOW  # what the client may still send on the connection
         self.consumed = 0  # bytes we are done with, not yet given back in a WINDOW_UPDATE
         self.streams: dict[int, _Stream] = {}
-        self.reset_ids: dict[int, None] = {}  # the newest streams we reset, oldest first
+        # the newest closed streams, oldest first -> whether we reset them (their late frames are ignored)
+        self.closed_ids: dict[int, bool] = {}
         self.last_stream_id = 0
         self.continuation: tuple[int, int, bytearray, bool] | None = None  # stream, flags, block, self-dependent
         self.going_away = False  # the client sent GOAWAY: no new streams
@@ -410,8 +411,11 @@ class _Connection:
             raise h2.ProtocolError(f"stream {stream_id} is even: a client opens odd streams only")
         if stream_id <= self.last_stream_id:
             self.decoder.decode(block)
-            if stream_id in self.reset_ids:
-                return  # we reset it: its late frames are ignored
+            reset_by_us = self.closed_ids.get(stream_id)
+            if reset_by_us:
+                return  # its late frames are ignored
+            if reset_by_us is None:  # RFC 9113 5.1.1: a new stream's id must be above every earlier one
+                raise h2.ProtocolError(f"stream {stream_id} opened after stream {self.last_stream_id}")
             raise h2.ProtocolError(f"HEADERS on closed stream {stream_id}", h2.STREAM_CLOSED)
         route = self._route(block)
         self.last_stream_id = stream_id
@@ -480,7 +484,7 @@ class _Connection:
                 raise h2.StreamError("DATA after END_STREAM", h2.STREAM_CLOSED)
             if self._idle(stream_id):
                 raise h2.ProtocolError(f"DATA on idle stream {stream_id}")
-            if stream_id not in self.reset_ids:
+            if not self.closed_ids.get(stream_id):
                 raise h2.ProtocolError(f"DATA on closed stream {stream_id}", h2.STREAM_CLOSED)
             return  # we reset it: its late data is dropped
         stream.held += length
@@ -582,6 +586,7 @@ class _Connection:
                 h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, sid, _OK_TRAILERS)))
             self.send_window -= length
             del self.streams[sid]  # the request ended before we answered: the stream is closed
+            self._remember_closed(sid, False)
             return
         self._start_response(stream)
         stream.pending, stream.offset = h2.grpc_message(message), 0
@@ -697,22 +702,22 @@ class _Connection:
 
     def _reset(self, stream: _Stream, code: int) -> None:
         self.out += h2.rst_stream(stream.id, code)
-        self._remember_reset(stream.id)
-        self._close_stream(stream)
+        self._close_stream(stream, reset_by_us=True)
 
     def _reset_id(self, stream_id: int, code: int) -> None:
         self.out += h2.rst_stream(stream_id, code)
-        self._remember_reset(stream_id)
+        self._remember_closed(stream_id, True)
 
-    def _remember_reset(self, stream_id: int) -> None:
-        resets = self.reset_ids
-        resets[stream_id] = None
-        if len(resets) > _REMEMBERED_RESETS:
-            del resets[next(iter(resets))]
+    def _remember_closed(self, stream_id: int, reset_by_us: bool) -> None:
+        closed = self.closed_ids
+        closed[stream_id] = reset_by_us
+        if len(closed) > _REMEMBERED_CLOSED:
+            del closed[next(iter(closed))]
 
-    def _close_stream(self, stream: _Stream) -> None:
+    def _close_stream(self, stream: _Stream, reset_by_us: bool = False) -> None:
         """However a stream ends: its watch ends, its slot and its held bytes go back."""
         self.streams.pop(stream.id, None)
+        self._remember_closed(stream.id, reset_by_us)
         self._end_watch(stream)
         if stream.held:
             self._give_back(stream.held)
