@@ -99,10 +99,6 @@ def expect_stream_error(peer: Peer, stream: int, code: int) -> list[Frame]:
 
 # ------------------------------------------------------------------ connection errors
 
-def _idle(peer: Peer) -> bytes:
-    return b""
-
-
 CONNECTION_ERRORS: list[tuple[str, Callable[[Peer], bytes], int]] = [
     ("DATA on stream 0", lambda p: frame(DATA, 0, 0, b"x"), PROTOCOL_ERROR),
     ("HEADERS on stream 0", lambda p: p.headers(0, request_fields()), PROTOCOL_ERROR),
