@@ -124,16 +124,20 @@ def _error_trailers(code: StatusCode, details: str) -> bytes:
     return h2.header_block(_status_fields(code, details))
 
 
-class _Route(NamedTuple):
+class _Route:
     """What a request's header block asks for, decided once per distinct block."""
 
-    path: str
-    method: Method | None
-    encoding: bytes
-    content_length: int | None
-    malformed: str  # a stream error of type PROTOCOL_ERROR; "" when well-formed
-    http_status: int  # not a gRPC request: answered with this status once it is complete; 0 when gRPC
-    error: tuple[StatusCode, str] | None  # a gRPC error answered at once
+    __slots__ = ("path", "method", "encoding", "content_length", "malformed", "http_status", "error")
+
+    def __init__(self, path: str, method: Method | None, encoding: bytes, content_length: int | None,
+                 malformed: str, http_status: int, error: tuple[StatusCode, str] | None) -> None:
+        self.path = path
+        self.method = method
+        self.encoding = encoding
+        self.content_length = content_length
+        self.malformed = malformed  # a stream error of type PROTOCOL_ERROR; "" when well-formed
+        self.http_status = http_status  # not gRPC: answered with this status once complete; 0 when gRPC
+        self.error = error  # a gRPC error answered at once
 
 
 class _Stream:
