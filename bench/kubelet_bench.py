@@ -1,6 +1,6 @@
 """The plugin against a Go reference plugin, both called as the kubelet calls them.
 
-Run (after bench/go/build.sh; see the README's "Benchmark" paragraph):
+Run (after bench/go/build.sh; bench/README.md has the figures and how to read them):
     .venvs/plugin-oldest/bin/python bench/kubelet_bench.py [--rounds 3] [--idle-seconds 60]
 
 The client is bench/go/kubelet-client: grpc-go, generated v1beta1 stubs, the device
