@@ -376,3 +376,16 @@ def test_ignored_frames_change_nothing(peer: Peer) -> None:
               frame(PING, ACK, 0, b"unsolicit"[:8]))
     assert peer.alive()
     finish_call(peer, 1)
+
+
+def test_after_the_clients_goaway_its_calls_are_answered_and_the_connection_closes(peer: Peer) -> None:
+    peer.send(peer.call(1, allocate_request("g")), frame(GOAWAY, 0, 0, struct.pack(">II", 1, NO_ERROR)))
+    fields, _, _ = peer.response(1)
+    assert fields[b"grpc-status"] == b"0"
+    assert closed_by_server(peer), "no stream left after the client's GOAWAY: the server closes"
+
+
+def test_a_stream_opened_after_the_clients_goaway_is_refused(peer: Peer) -> None:
+    open_watch(peer, 1)  # keeps the connection open
+    peer.send(frame(GOAWAY, 0, 0, struct.pack(">II", 1, NO_ERROR)), peer.call(3, allocate_request("late")))
+    expect_stream_error(peer, 3, REFUSED_STREAM)

@@ -451,7 +451,9 @@ class _Connection:
             return cached[1]
         fields = self.decoder.decode(block)
         route = self._route_fields(fields)
-        if self.decoder.generation == generation:  # decoding changed no table entry: replayable
+        # replayable when decoding changed no table entry; small blocks only (grpc-go's are ~10 bytes),
+        # so the cache holds kilobytes whatever a client sends
+        if self.decoder.generation == generation and len(block) <= 256:
             if len(self._routes) >= 64:
                 self._routes.clear()
             self._routes[block] = (generation, route)
@@ -895,8 +897,9 @@ class Server:
                 for connection in list(connections.values()):
                     if connection.out:
                         connection.flush()
-                    if connection.going_away and not connection.streams and not connection.closed:
-                        connection.close()
+                    if connection.going_away and not connection.streams and not connection.out \
+                            and not connection.closed:
+                        connection.close()  # the client said GOAWAY and has every answer
                 if self._closing:
                     now = time.monotonic()
                     for connection, deadline in list(self._closing.items()):
