@@ -34,7 +34,7 @@ from typing import NamedTuple
 from .. import inotify
 from ..model import Gpu
 from .base import Report, loop_alive
-from .records import HealthRecords
+from .records import HealthRecords, LastXids
 from .rules import GOOD, Observation, XidPolicy, bad, xid_policy_from_env
 
 log = logging.getLogger(__name__)
@@ -117,9 +117,10 @@ def classify_kmsg_line(raw: str) -> GpuLogError | None:
     return None
 
 
-def kmsg_observation(raw: str, policy: XidPolicy) -> Observation | None:
-    """The bad observation a kernel log line gives the GPU under `policy`, or None."""
-    found = classify_kmsg_line(raw)
+def kmsg_observation(raw: str, policy: XidPolicy, found: GpuLogError | None = None) -> Observation | None:
+    """The bad observation a kernel log line gives the GPU under `policy`, or None (`found`:
+    the line's classification when the caller has it already)."""
+    found = classify_kmsg_line(raw) if found is None else found
     if found is None:
         return None
     if found.xid is None:
@@ -234,6 +235,7 @@ class TegraHealthMonitor:
         self._policy = XidPolicy()
         self._gpus: list[Gpu] = []
         self._records = HealthRecords(clock, recovery_quiet_period_s, "nodes present and no nvgpu errors")
+        self._xids = LastXids()  # Xid-equivalents from the kernel log, while it is read
         self._thread: threading.Thread | None = None
         self._beat = time.monotonic()  # last turn of the monitor loop
         self._started = False
@@ -289,6 +291,10 @@ class TegraHealthMonitor:
 
     def alive(self) -> bool:
         return loop_alive(self._started, self._stopped.is_set(), self._thread, self._beat)
+
+    def last_xid(self, gpu_id: str) -> int | None:
+        """The last nvgpu channel error's Xid-equivalent (0: none yet); None while the kernel log is not read."""
+        return self._xids.last(gpu_id)
 
     # -- the thread ---------------------------------------------------------------------
 
@@ -400,6 +406,7 @@ class TegraHealthMonitor:
                         "run the plugin as root (CAP_SYSLOG)", self._kmsg_path, exc.strerror)
             return
         self._kmsg_fd = fd
+        self._xids.watch(gpu.id for gpu in self._gpus)
         self._kmsg_selectable = stat.S_ISCHR(os.fstat(fd).st_mode)
         try:
             os.lseek(fd, 0, os.SEEK_END)  # skip the backlog: old boot messages are not news
@@ -435,9 +442,15 @@ class TegraHealthMonitor:
                         self._kmsg_path, exc.strerror)
             os.close(self._kmsg_fd)
             self._kmsg_fd = -1
+            self._xids.watch(())
             return
         for raw in records:
-            observation = kmsg_observation(raw.decode("utf-8", "replace"), self._policy)
+            line = raw.decode("utf-8", "replace")
+            found = classify_kmsg_line(line)
+            if found is not None and found.xid is not None:
+                for gpu in self._gpus:
+                    self._xids.seen(gpu.id, found.xid)
+            observation = kmsg_observation(line, self._policy, found) if found is not None else None
             if observation is not None:
                 for gpu in self._gpus:
                     self._observe(gpu.id, observation)
