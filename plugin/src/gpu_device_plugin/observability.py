@@ -1,7 +1,9 @@
 """Optional HTTP listener: /healthz for liveness probes and /metrics for Prometheus.
 
-Off unless --metrics-address is set (loopback is the documented default). Rendering is
-pure; the server is the standard library's, started only when asked for.
+Off unless --metrics-address is set (loopback is the documented default). /metrics carries
+the plugin's own figures and, when a telemetry source is given, the GPUs' metrics under
+dcgm-exporter's names (the `metrics` package). Rendering is pure; the server is the
+standard library's, started only when asked for.
 """
 
 import contextlib
@@ -9,7 +11,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +84,32 @@ def render_metrics(status: Status) -> str:
     return "\n".join(lines) + "\n"
 
 
+class GpuMetrics(Protocol):
+    """The GPUs' own metrics (metrics.telemetry.Telemetry): Prometheus text, read on each scrape."""
+
+    def render(self) -> str: ...
+
+    def close(self) -> None: ...
+
+
+def metrics_body(status: Status, gpu_metrics: GpuMetrics | None) -> str:
+    """The plugin's figures, then the GPUs'; a failing GPU read never costs the plugin's own."""
+    body = render_metrics(status)
+    if gpu_metrics is None:
+        return body
+    try:
+        return body + gpu_metrics.render()
+    except Exception:
+        log.exception("reading GPU metrics failed; serving the plugin's own metrics only")
+        return body
+
+
 class StatusServer:
-    def __init__(self, address: str, status: Callable[[], Status]) -> None:
+    def __init__(self, address: str, status: Callable[[], Status], gpu_metrics: GpuMetrics | None = None) -> None:
         host, _, port = address.rpartition(":")
         self.host, self.port = host.strip("[]") or "127.0.0.1", int(port)
         self._status = status
+        self._gpu_metrics = gpu_metrics
         self._httpd = None
         self._thread: threading.Thread | None = None
 
@@ -94,6 +117,7 @@ class StatusServer:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # only when asked for
 
         status = self._status
+        gpu_metrics = self._gpu_metrics
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -102,7 +126,7 @@ class StatusServer:
                     code, body = health_status(status())
                     ctype = "text/plain; charset=utf-8"
                 elif path == "/metrics":
-                    code, body = 200, render_metrics(status())
+                    code, body = 200, metrics_body(status(), gpu_metrics)
                     ctype = "text/plain; version=0.0.4; charset=utf-8"
                 else:
                     code, body, ctype = 404, "not found: try /healthz or /metrics\n", "text/plain"
@@ -125,13 +149,14 @@ class StatusServer:
         log.info("serving /healthz and /metrics on http://%s:%d", self.host, self.port)
 
     def stop(self) -> None:
-        if self._httpd is None:
-            return
-        # serve_forever sleeps in select() for up to poll_interval; a connection wakes it now.
-        stopper = threading.Thread(target=self._httpd.shutdown, daemon=True)
-        stopper.start()
-        with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=1):
-            pass
-        stopper.join(5)
-        self._httpd.server_close()
-        self._httpd = None
+        if self._httpd is not None:
+            # serve_forever sleeps in select() for up to poll_interval; a connection wakes it now.
+            stopper = threading.Thread(target=self._httpd.shutdown, daemon=True)
+            stopper.start()
+            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=1):
+                pass
+            stopper.join(5)
+            self._httpd.server_close()
+            self._httpd = None
+        if self._gpu_metrics is not None:  # after the last scrape: it ends NVML's session
+            self._gpu_metrics.close()
