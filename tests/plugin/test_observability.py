@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import time
 import urllib.error
 import urllib.request
 
-from gpu_device_plugin.observability import Status, health_status, render_metrics
-from helpers import run_simulated, short_tempdir
+from gpu_device_plugin.observability import Status, health_status, metrics_body, render_metrics
+from helpers import run_simulated, short_tempdir, wait_until
 from kubelet_double import KubeletDouble
 
 SERVING = Status(version="0.1.0", backend="simulated", resource="nvidia.com/gpu", healthy_devices=2,
@@ -39,6 +38,38 @@ def test_metrics_expose_devices_by_health_and_counters() -> None:
     assert "# TYPE gpu_device_plugin_registrations_total counter" in text
 
 
+class GpuMetrics:
+    def __init__(self, text: str = "", error: Exception | None = None) -> None:
+        self.text, self.error, self.closed = text, error, False
+
+    def render(self) -> str:
+        if self.error is not None:
+            raise self.error
+        return self.text
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_gpu_metrics_follow_the_plugins_own_and_a_failing_read_never_costs_them() -> None:
+    own = render_metrics(SERVING)
+    assert metrics_body(SERVING, None) == own
+    gpu_line = 'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 5\n'
+    assert metrics_body(SERVING, GpuMetrics(gpu_line)) == own + gpu_line
+    assert metrics_body(SERVING, GpuMetrics(error=OSError("sysfs went away"))) == own
+
+
+def test_stopping_the_listener_closes_the_gpu_metrics_source() -> None:
+    from gpu_device_plugin.observability import StatusServer
+
+    source = GpuMetrics("")
+    server = StatusServer("127.0.0.1:0", lambda: SERVING, source)
+    server.start()
+    assert get(f"http://127.0.0.1:{server.port}/metrics")[0] == 200
+    server.stop()
+    assert source.closed
+
+
 def get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -53,14 +84,15 @@ def test_listener_reports_live_state_of_the_running_daemon() -> None:
     try:
         runner = run_simulated(socket_dir, metrics_address="127.0.0.1:0")
         with runner as daemon:
-            deadline = time.monotonic() + 5
-            while daemon.status_port is None and time.monotonic() < deadline:
-                time.sleep(0.01)
+            assert wait_until(lambda: daemon.status_port is not None), "the listener never started"
             base = f"http://127.0.0.1:{daemon.status_port}"
             code, body = get(f"{base}/healthz")
             assert code == 503 and "not registered" in body  # no kubelet yet
             kubelet.start()
             endpoint = kubelet.wait_registered()
+            # The kubelet has the registration (and dials back, streams, allocates) before Register's
+            # answer reaches the plugin: only then does the plugin know, and /healthz say, it is registered.
+            assert daemon.registered_event.wait(10), "the plugin never saw Register succeed"
             endpoint.wait_for(lambda d: len(d) == 2)
             endpoint.allocate(["sim-gpu-0"])
             assert get(f"{base}/healthz") == (200, "ok\n")
