@@ -7,8 +7,6 @@ physical GPU, and each container sharing the GPU gets a series of its own with `
 would win and the others would not show). A GPU nobody holds keeps its plain series.
 """
 
-from __future__ import annotations
-
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 

@@ -6,8 +6,6 @@ cannot read (the hardware lacks it, the driver says "not supported", a file is m
 unreadable) is left out of `values`, never filled in.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, Protocol
 

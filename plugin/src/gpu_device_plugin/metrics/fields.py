@@ -7,8 +7,6 @@ own. A field is exported only for a GPU whose collector reads a value for it: wh
 hardware cannot give is absent, never zero. `label` rows become labels of every series.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"

@@ -20,8 +20,6 @@ the AGX Orin's VDD_GPU_SOC also feed other blocks, so POWER_USAGE is absent ther
 Where each path comes from: tests/plugin/fixtures/telemetry/README.md.
 """
 
-from __future__ import annotations
-
 import glob
 import logging
 import os

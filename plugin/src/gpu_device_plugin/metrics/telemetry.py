@@ -7,8 +7,6 @@ Prometheus servers, or a scrape storm, cost one read). Collectors are imported a
 first use, so a plugin whose /metrics nobody scrapes never loads them.
 """
 
-from __future__ import annotations
-
 import logging
 import os
 import socket
@@ -83,7 +81,7 @@ class Telemetry:
 
     @classmethod
     def for_plugin(cls, settings: Settings, gpus: Sequence[Gpu], monitor: object = None,
-                   nvml_module: Any = None) -> Telemetry:
+                   nvml_module: Any = None) -> "Telemetry":
         """What the daemon serves: its GPUs, Xids from its health monitor, the kubelet beside its socket."""
         from .podresources import socket_beside
 
