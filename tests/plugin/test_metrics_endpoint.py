@@ -146,6 +146,7 @@ def test_simulated_gpus_have_no_hardware_so_no_dcgm_series(kubelet_root: Path,
     with RunningDaemon(daemon):
         text = scrape(daemon)
     assert "gpu_device_plugin_info" in text and "DCGM_" not in text
+    assert pod_resources.calls == 0  # nothing to label, nothing to ask the kubelet
 
 
 def test_the_metrics_command_prints_the_values_for_a_person(

@@ -103,7 +103,8 @@ class Telemetry:
             if self._collectors is None:
                 self._collectors = self._make()
             samples = [sample for collector in self._collectors for sample in collector.collect()]
-            snapshot = Snapshot(samples, self._holders(), self._pods_error)
+            # no series to label (simulated GPUs, NVML gone): no question to the kubelet
+            snapshot = Snapshot(samples, self._holders() if samples else {}, self._pods_error)
             self._last = (self._clock(), snapshot)
             return snapshot
 
