@@ -8,6 +8,7 @@ health monitor saw, so only its /metrics has them.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 
 from . import fields
@@ -40,7 +41,8 @@ def format_table(samples: Sequence[GpuSample], holders: Mapping[str, Sequence[Ho
             elif field.name != fields.XID_ERRORS:
                 missing.append(field.name)
         if missing:
-            lines.append(f"  not available on this GPU: {', '.join(missing)}")
+            lines += textwrap.wrap(f"not available on this GPU: {', '.join(missing)}", 100,
+                                   initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
         held = describe(holders).get(labels.uuid)
         lines.append(f"  held by: {', '.join(held)}" if held else "  held by: no container")
     if pods_error:
