@@ -56,3 +56,21 @@ def test_gpu_telemetry_reads_the_kubelet_and_the_hardware_without_grpcio_protobu
     out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_metrics_listener_loads_no_http_library_and_no_tls() -> None:
+    # http.server imports http.client, which loads ssl and OpenSSL: ~7 MiB for two plain-text paths
+    probe = ("import socket, sys\n"
+             "from gpu_device_plugin.observability import Status, StatusServer\n"
+             "status = Status('v', 'simulated', 'nvidia.com/gpu', 1, 0, True, 1, True, 1, 0, 0, 0, 0, 0, 0)\n"
+             "server = StatusServer('127.0.0.1:0', lambda: status)\n"
+             "server.start()\n"
+             "conn = socket.create_connection(('127.0.0.1', server.port))\n"
+             "conn.sendall(b'GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+             "answer = b''.join(iter(lambda: conn.recv(65536), b''))\n"
+             "server.stop()\n"
+             "print(answer.split(b'\\r\\n', 1)[0].decode(), sorted(m for m in ('ssl', 'http.client', "
+             "'http.server', 'email') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "HTTP/1.1 200 OK []"

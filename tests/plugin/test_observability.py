@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import urllib.error
 import urllib.request
 
-from gpu_device_plugin.observability import Status, health_status, metrics_body, render_metrics
+from gpu_device_plugin.observability import (
+    Status,
+    StatusServer,
+    health_status,
+    http_response,
+    metrics_body,
+    parse_request_line,
+    render_metrics,
+    route,
+)
 from helpers import run_simulated, short_tempdir, wait_until
 from kubelet_double import KubeletDouble
 
@@ -59,9 +69,43 @@ def test_gpu_metrics_follow_the_plugins_own_and_a_failing_read_never_costs_them(
     assert metrics_body(SERVING, GpuMetrics(error=OSError("sysfs went away"))) == own
 
 
-def test_stopping_the_listener_closes_the_gpu_metrics_source() -> None:
-    from gpu_device_plugin.observability import StatusServer
+def test_requests_are_routed_and_answered_as_http_clients_expect() -> None:
+    assert route("GET", "/healthz", lambda: SERVING, None) == (200, "text/plain; charset=utf-8", "ok\n")
+    code, ctype, body = route("GET", "/metrics?x=1", lambda: SERVING, GpuMetrics("DCGM_X 1\n"))
+    assert (code, ctype) == (200, "text/plain; version=0.0.4; charset=utf-8") and body.endswith("DCGM_X 1\n")
+    assert route("POST", "/metrics", lambda: SERVING, None)[0] == 405
+    assert route("GET", "/nope", lambda: SERVING, None)[0] == 404
+    assert http_response(200, "text/plain", "ok\n") == (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n")
+    head = http_response(200, "text/plain", "ok\n", head_only=True)
+    assert head.endswith(b"Content-Length: 3\r\nConnection: close\r\n\r\n")
+    assert parse_request_line(b"GET /metrics HTTP/1.1\r\n") == ("GET", "/metrics")
+    assert parse_request_line(b"\x16\x03\x01 tls hello") is None and parse_request_line(b"") is None
 
+
+def raw(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(request)
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    return data
+
+
+def test_a_stalled_client_holds_no_one_else_up_and_garbage_gets_400() -> None:
+    server = StatusServer("127.0.0.1:0", lambda: SERVING)
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port)):  # connects, never sends
+            assert get(f"http://127.0.0.1:{server.port}/healthz") == (200, "ok\n")
+        assert raw(server.port, b"BLAH\r\n\r\n").startswith(b"HTTP/1.1 400 Bad Request\r\n")
+        answer = raw(server.port, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\n")
+    finally:
+        server.stop()
+
+
+def test_stopping_the_listener_closes_the_gpu_metrics_source() -> None:
     source = GpuMetrics("")
     server = StatusServer("127.0.0.1:0", lambda: SERVING, source)
     server.start()
@@ -108,8 +152,6 @@ def test_listener_reports_live_state_of_the_running_daemon() -> None:
 
 
 def test_an_address_without_host_listens_on_loopback_only() -> None:
-    from gpu_device_plugin.observability import StatusServer
-
     server = StatusServer(":0", lambda: SERVING)
     server.start()
     try:
