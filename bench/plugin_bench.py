@@ -1,8 +1,13 @@
 """Measure the plugin's figures against the kubelet double, over real Unix sockets.
 
 Run: <venv>/bin/python bench/plugin_bench.py [--idle-seconds 60] [--admissions 2000] [--leg simulated]
+     [--metrics [--scrape-interval 15]]
 Prints one line per figure, each naming the discovery backend it comes from, with the
 design's target beside it. Nothing is asserted: this is a measurement, not a test.
+With --metrics the plugin serves /metrics and the idle window is scraped every
+--scrape-interval seconds as Prometheus would (0: never), the tegra leg on the Nano
+telemetry tree (tests/plugin/fixtures/telemetry/jetson-nano-r32) so the GPU collector reads
+real files; RSS is given before the first scrape and after the window.
 
 Legs (each a fresh plugin process, at the image's log level `info`):
 - simulated: two simulated GPUs; health from the simulated health files.
@@ -20,11 +25,13 @@ import argparse
 import gc
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +42,7 @@ sys.path[:0] = [str(ROOT / "plugin" / "src"), str(ROOT / "tests" / "plugin")]
 from kubelet_double import KubeletDouble, PluginEndpoint  # noqa: E402
 
 NANO_FIXTURE = ROOT / "tests" / "plugin" / "fixtures" / "jetson-nano"
+NANO_TELEMETRY = ROOT / "tests" / "plugin" / "fixtures" / "telemetry" / "jetson-nano-r32"
 
 
 @dataclass
@@ -45,6 +53,7 @@ class Leg:
     make_unhealthy: Callable[[], None]
     make_healthy: Callable[[], None]
     device_id: str  # the device whose health the leg flips
+    metrics_port: int = 0  # /metrics listens here when > 0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -55,10 +64,24 @@ def percentile(values: list[float], q: float) -> float:
 def start_plugin(socket_dir: str, leg: Leg) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "plugin" / "src")}
     env.pop("JOURNAL_STREAM", None)
+    metrics = ["--metrics-address", f"127.0.0.1:{leg.metrics_port}"] if leg.metrics_port else []
     return subprocess.Popen(
-        [sys.executable, "-m", "gpu_device_plugin", *leg.args, "--kubelet-socket", f"{socket_dir}/kubelet.sock",
-         "--log-level", "info", "--health-recovery-period", "0"],
+        [sys.executable, "-m", "gpu_device_plugin", *leg.args, *metrics, "--kubelet-socket",
+         f"{socket_dir}/kubelet.sock", "--log-level", "info", "--health-recovery-period", "0"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def scrape_ms(port: int) -> float:
+    t = time.perf_counter()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        response.read()
+    return (time.perf_counter() - t) * 1000
 
 
 def rss_mib(pid: int) -> float:
@@ -75,8 +98,8 @@ def private_mib(pid: int) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of every thread so far: schedstat counts nanoseconds, /proc/PID/stat 10 ms ticks."""
+    return sum(int((task / "schedstat").read_text().split()[0]) for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
 
 
 def simulated_leg(work: str) -> Leg:
@@ -88,9 +111,9 @@ def simulated_leg(work: str) -> Leg:
                lambda: flag.write_text("Unhealthy"), lambda: flag.write_text("Healthy"), "sim-gpu-1")
 
 
-def tegra_leg(work: str) -> Leg:
+def tegra_leg(work: str, tree: Path = NANO_FIXTURE) -> Leg:
     root = os.path.join(work, "nano")
-    shutil.copytree(NANO_FIXTURE, root, symlinks=True)
+    shutil.copytree(tree, root, symlinks=True)
     try:  # a real kernel log makes the monitor's select() loop the one a Jetson runs
         with open("/dev/kmsg", "rb"):
             pass
@@ -145,9 +168,15 @@ def run_leg(leg: Leg, kubelet: KubeletDouble, socket_dir: str, args: argparse.Na
             health.append(endpoint.update_times[-1] - t0)
         time.sleep(2)
         rss, private = rss_mib(proc.pid), private_mib(proc.pid)
+        scrapes: list[float] = []
         cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
-        time.sleep(args.idle_seconds)
+        interval = args.scrape_interval if leg.metrics_port else 0
+        while interval > 0 and time.monotonic() + interval <= t0 + args.idle_seconds:
+            time.sleep(interval)
+            scrapes.append(scrape_ms(leg.metrics_port))
+        time.sleep(max(0.0, t0 + args.idle_seconds - time.monotonic()))
         idle_cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0) * 100
+        rss_after, private_after = rss_mib(proc.pid), private_mib(proc.pid)
         for _ in range(args.rounds):  # kubelet restart to registered again
             count = len(kubelet.registrations)
             t0 = time.monotonic()
@@ -162,7 +191,8 @@ def run_leg(leg: Leg, kubelet: KubeletDouble, socket_dir: str, args: argparse.Na
             proc.kill()
             proc.wait(5)
     return {"starts": starts, "restarts": restarts, "health": health, "latencies": latencies, "rss": rss,
-            "private": private, "idle_cpu": idle_cpu}
+            "private": private, "idle_cpu": idle_cpu, "scrapes": scrapes, "rss_after": rss_after,
+            "private_after": private_after}
 
 
 def preferred_allocation_ms() -> tuple[float, float]:
@@ -192,7 +222,12 @@ def report(leg: str, r: dict[str, object], args: argparse.Namespace) -> None:
           f"p99 {percentile(lat, 0.99):.3f} ms over {len(lat)} (target p50 <= 0.95, p99 <= 3 ms)")
     print(f"[{leg}] idle RSS after registration {r['rss']:.1f} MiB, private {r['private']:.1f} MiB "
           "(target <= 30 MiB)")
-    print(f"[{leg}] idle CPU {r['idle_cpu']:.3f} % of a core over {args.idle_seconds:.0f} s (target < 0.1 %)")
+    scrapes = r["scrapes"]
+    print(f"[{leg}] idle CPU {r['idle_cpu']:.4f} % of a core over {args.idle_seconds:.0f} s"
+          + (f", scraped every {args.scrape_interval:g} s" if scrapes else "") + " (target < 0.1 %)")
+    if args.metrics:
+        print(f"[{leg}] /metrics: {len(scrapes)} scrapes, p50 {percentile(scrapes, 0.5) if scrapes else 0:.2f} ms; "
+              f"RSS after the window {r['rss_after']:.1f} MiB, private {r['private_after']:.1f} MiB")
     print(f"[{leg}] start to registered median {statistics.median(starts) * ms:.0f} ms, "
           f"max {max(starts) * ms:.0f} ms (target <= 500 ms)")
     print(f"[{leg}] kubelet restart to registered median {statistics.median(restarts) * ms:.1f} ms, "
@@ -208,6 +243,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="repeats for start/restart/health figures")
     parser.add_argument("--leg", choices=("simulated", "tegra"), action="append",
                         help="run only this leg (repeatable; default: both)")
+    parser.add_argument("--metrics", action="store_true",
+                        help="serve /metrics (GPU telemetry included) and scrape it in the idle window")
+    parser.add_argument("--scrape-interval", type=float, default=15.0,
+                        help="seconds between scrapes with --metrics (Prometheus' default 15; 0: never)")
     args = parser.parse_args()
     import google.protobuf
     import grpc
@@ -224,7 +263,12 @@ def main() -> None:
         kubelet = KubeletDouble(socket_dir)
         kubelet.start()
         try:
-            leg = simulated_leg(work) if name == "simulated" else tegra_leg(work)
+            if name == "simulated":
+                leg = simulated_leg(work)
+            else:
+                leg = tegra_leg(work, NANO_TELEMETRY if args.metrics else NANO_FIXTURE)
+            if args.metrics:
+                leg.metrics_port = free_port()
             report(leg.name, run_leg(leg, kubelet, socket_dir, args), args)
             print(f"[{leg.name}] load average after the leg {os.getloadavg()[0]:.1f}")
         finally:

@@ -3,6 +3,8 @@
 Same function, constant and error-class names as pynvml, so code under test cannot tell
 the difference. Scripting: `FakeNvml([FakeGpu(...), ...])`, then `emit_xid(uuid, 79)`,
 `emit_wait_error(...)`, `gpu.answering = False`, `library_missing=True`, `init_error=...`.
+Telemetry readings are FakeGpu fields (`gpu_util`, `sm_clock_mhz`, `power_mw`, ...); None
+makes the query answer NVML_ERROR_NOT_SUPPORTED, as a GPU without that sensor does.
 """
 
 from __future__ import annotations
@@ -96,6 +98,12 @@ ALL_HEALTH_EVENTS = (
     nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccError
 )
 
+NVML_CLOCK_GRAPHICS = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+nvmlMemory_v2 = 0x02000028  # nvmlStructVersion(nvmlMemory_v2_t, 2), as nvidia-ml-py defines it
 NVML_DEVICE_MIG_DISABLE = 0
 NVML_DEVICE_MIG_ENABLE = 1
 NVML_TEMPERATURE_GPU = 0
@@ -121,6 +129,21 @@ class FakeGpu:
     supported_events: int = ALL_HEALTH_EVENTS
     answering: bool = True  # False: every query on it raises GPU is lost
     refuse_ecc_registration: bool = False  # lists ECC events but RegisterEvents refuses them
+    # telemetry (None: the query is not supported on this GPU)
+    gpu_util: int | None = 0
+    memory_util: int | None = 0
+    encoder_util: int | None = 0
+    decoder_util: int | None = 0
+    sm_clock_mhz: int | None = 1410
+    memory_clock_mhz: int | None = 1215
+    temperature_c: int | None = 40
+    memory_temperature_c: int | None = None  # HBM GPUs only
+    power_mw: int | None = 62000
+    energy_mj: int | None = 0
+    pcie_replays: int | None = 0
+    memory_used_mib: int = 0
+    memory_reserved_mib: int | None = 0  # None: the driver has no nvmlDeviceGetMemoryInfo_v2
+    remapped_rows: tuple[int, int, int, int] | None = None  # (correctable, uncorrectable, pending, failed)
 
 
 @dataclass(frozen=True)
@@ -133,6 +156,27 @@ class _Memory:
     total: int
     free: int
     used: int
+    reserved: int = 0
+    version: int = 0
+
+
+@dataclass
+class _Utilization:
+    gpu: int
+    memory: int
+
+
+@dataclass
+class _Value:  # nvmlValue_t: one member per value type
+    uiVal: int = 0
+
+
+@dataclass
+class _FieldValue:  # nvmlFieldValue_t
+    fieldId: int
+    nvmlReturn: int = NVML_SUCCESS
+    valueType: int = NVML_VALUE_TYPE_UNSIGNED_INT
+    value: _Value = field(default_factory=_Value)
 
 
 @dataclass
@@ -191,6 +235,12 @@ class FakeNvml:
     NVML_DEVICE_MIG_DISABLE = NVML_DEVICE_MIG_DISABLE
     NVML_DEVICE_MIG_ENABLE = NVML_DEVICE_MIG_ENABLE
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
+    NVML_CLOCK_GRAPHICS = NVML_CLOCK_GRAPHICS
+    NVML_CLOCK_SM = NVML_CLOCK_SM
+    NVML_CLOCK_MEM = NVML_CLOCK_MEM
+    NVML_FI_DEV_MEMORY_TEMP = NVML_FI_DEV_MEMORY_TEMP
+    NVML_VALUE_TYPE_UNSIGNED_INT = NVML_VALUE_TYPE_UNSIGNED_INT
+    nvmlMemory_v2 = nvmlMemory_v2
     NVML_BRAND_UNKNOWN = NVML_BRAND_UNKNOWN
     NVML_BRAND_QUADRO = NVML_BRAND_QUADRO
     NVML_BRAND_TESLA = NVML_BRAND_TESLA
@@ -305,13 +355,65 @@ class FakeNvml:
     def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
         return self._gpu(handle).name
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> _Memory:
-        total = self._gpu(handle).memory_mib * 1024 * 1024
-        return _Memory(total=total, free=total, used=0)
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: int | None = None) -> _Memory:
+        """v1 counts the driver's reserve as used; v2 (nvmlDeviceGetMemoryInfo_v2) reports it apart."""
+        gpu = self._gpu(handle)
+        mib = 1024 * 1024
+        total, used = gpu.memory_mib * mib, gpu.memory_used_mib * mib
+        if not version:
+            reserved = (gpu.memory_reserved_mib or 0) * mib
+            return _Memory(total=total, free=total - used - reserved, used=used + reserved)
+        if gpu.memory_reserved_mib is None:
+            raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+        reserved = gpu.memory_reserved_mib * mib
+        return _Memory(total=total, free=total - used - reserved, used=used, reserved=reserved, version=version)
+
+    @staticmethod
+    def _reading(value: Any) -> Any:
+        if value is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return value
 
     def nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
-        self._gpu(handle)
-        return 40
+        return self._reading(self._gpu(handle).temperature_c)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> _Utilization:
+        gpu = self._gpu(handle)
+        return _Utilization(gpu=self._reading(gpu.gpu_util), memory=self._reading(gpu.memory_util))
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: FakeHandle) -> list[int]:
+        return [self._reading(self._gpu(handle).encoder_util), 167000]  # [utilization, sampling period in us]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: FakeHandle) -> list[int]:
+        return [self._reading(self._gpu(handle).decoder_util), 167000]
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock_type: int) -> int:
+        gpu = self._gpu(handle)
+        clocks = {NVML_CLOCK_SM: gpu.sm_clock_mhz, NVML_CLOCK_MEM: gpu.memory_clock_mhz}
+        if clock_type not in clocks:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return self._reading(clocks[clock_type])
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[int]) -> list[_FieldValue]:
+        gpu = self._gpu(handle)
+        out = []
+        for field_id in field_ids:
+            value = gpu.memory_temperature_c if field_id == NVML_FI_DEV_MEMORY_TEMP else None
+            out.append(_FieldValue(field_id, NVML_ERROR_NOT_SUPPORTED) if value is None
+                       else _FieldValue(field_id, value=_Value(uiVal=value)))
+        return out
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
+        return self._reading(self._gpu(handle).power_mw)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:
+        return self._reading(self._gpu(handle).energy_mj)
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: FakeHandle) -> int:
+        return self._reading(self._gpu(handle).pcie_replays)
+
+    def nvmlDeviceGetRemappedRows(self, handle: FakeHandle) -> tuple[int, int, int, int]:
+        return self._reading(self._gpu(handle).remapped_rows)
 
     def nvmlDeviceGetMinorNumber(self, handle: FakeHandle) -> int:
         gpu = self._gpu(handle)

@@ -97,3 +97,32 @@ def test_discovery_and_health_share_one_nvml_helper_module() -> None:
 
 def test_no_import_cycles() -> None:
     assert cycles(graph()) == []
+
+
+METRICS = "gpu_device_plugin.metrics"
+
+
+def test_telemetry_collectors_know_their_hardware_and_nothing_of_prometheus_or_kubernetes() -> None:
+    # dcgm-exporter's shape: collectors behind one interface, the Kubernetes step applied after them
+    edges = graph()
+    outside_a_collector = {f"{METRICS}.{name}" for name in ("exposition", "attribution", "podresources",
+                                                             "telemetry", "table")}
+    outside_a_collector |= {"gpu_device_plugin.observability", "gpu_device_plugin.api.podresources"}
+    for collector in (f"{METRICS}.nvml", f"{METRICS}.tegra"):
+        assert f"{METRICS}.collector" in edges[collector]
+        assert not edges[collector] & outside_a_collector, edges[collector] & outside_a_collector
+    for step in (f"{METRICS}.attribution", f"{METRICS}.exposition", f"{METRICS}.podresources"):
+        assert not edges[step] & {f"{METRICS}.nvml", f"{METRICS}.tegra"}, step
+
+
+def test_the_plugin_reads_podresources_with_its_own_wire_code_and_client() -> None:
+    edges = graph()
+    assert {"gpu_device_plugin.api.grpc_client", "gpu_device_plugin.api.wire",
+            "gpu_device_plugin.api.podresources"} <= edges[f"{METRICS}.podresources"]
+    assert "gpu_device_plugin.api.pb" not in edges[f"{METRICS}.podresources"]  # pb needs protobuf
+
+
+def test_only_the_daemon_and_the_cli_reach_into_telemetry() -> None:
+    users = {name for name, imported in graph().items() if not name.startswith(METRICS)
+             and any(m.startswith(METRICS) for m in imported)}
+    assert users == {"gpu_device_plugin.daemon", "gpu_device_plugin.cli"}

@@ -1,5 +1,6 @@
 """`gpu-device-plugin`: serve (default), `discover` (what is here and why), `check` (the node
-doctor), `node-labels` (a k3s drop-in labelling the node with its GPU), `version`."""
+doctor), `metrics` (the GPU metrics /metrics serves, for a person), `node-labels` (a k3s
+drop-in labelling the node with its GPU), `version`."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     names no subcommand)."""
     named = set(argv)
     common: list[argparse.ArgumentParser] = []
-    if named & {"serve", "discover", "check", "node-labels"}:
+    if named & {"serve", "discover", "check", "metrics", "node-labels"}:
         common.append(argparse.ArgumentParser(add_help=False))
         add_config_arguments(common[0], default=argparse.SUPPRESS)
 
@@ -67,6 +68,9 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     discover.add_argument("--json", action="store_true", help="machine-readable output")
     sub.add_parser("check", parents=parents("check"),
                    help="is this node set up for GPU pods? (discovery, device nodes, runtime, k3s, kubelet)")
+    metrics = sub.add_parser("metrics", parents=parents("metrics"),
+                             help="print the GPU metrics /metrics serves (dcgm-exporter's names), read now")
+    metrics.add_argument("--prometheus", action="store_true", help="print them as Prometheus text")
     labels = sub.add_parser("node-labels", parents=parents("node-labels"),
                             help="write a k3s config drop-in labelling this node with the GPU discovery finds "
                                  "(removed when there is none)")
@@ -114,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("%s", warning)
     if args.command == "discover":
         return _to_a_reader(lambda: discover_command(settings, as_json=args.json))
+    if args.command == "metrics":
+        return _to_a_reader(lambda: metrics_command(settings, prometheus=args.prometheus))
     if args.command == "node-labels":
         return node_labels_command(settings, args.output)
     return serve(settings, args)
@@ -181,6 +187,39 @@ def discover_command(settings: Settings, as_json: bool = False) -> int:
             print(f"    when present: {', '.join(gpu.optional_nodes)}")
     print(f"resource:  {policy.resource_name(settings)} x {len(advertised)}")
     return 0 if gpus else 1
+
+
+def metrics_command(settings: Settings, prometheus: bool = False, nvml_module: Any = None) -> int:
+    """Discover as the plugin does, read every GPU's metrics once, print them; 1 when there is no GPU."""
+    from .metrics.podresources import socket_beside
+    from .metrics.table import format_table
+    from .metrics.telemetry import Telemetry, make_collectors
+
+    choice = choose(settings)
+    gpus: list[Gpu] = []
+    why = choice.reason
+    if choice.backend is not None:
+        try:
+            gpus = choice.backend.discover()
+        except DiscoveryError as exc:
+            why = str(exc)
+    if not gpus:
+        print(f"no GPU: {why}")
+        return 1
+    telemetry = Telemetry(lambda: make_collectors(gpus, settings.host_root, nvml_module=nvml_module),
+                          [gpu.id for gpu in gpus], socket_beside(settings.kubelet_socket))
+    try:
+        if prometheus:
+            print(telemetry.render(), end="")
+            return 0
+        snapshot = telemetry.snapshot()
+        if not snapshot.samples:
+            print(f"{len(gpus)} GPU(s) found ({gpus[0].backend}), but no telemetry source reads them")
+            return 1
+        print(format_table(snapshot.samples, snapshot.holders, telemetry.node, snapshot.pods_error))
+        return 0
+    finally:
+        telemetry.close()
 
 
 def node_labels_command(settings: Settings, output: str) -> int:

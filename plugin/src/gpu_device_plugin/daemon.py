@@ -139,9 +139,11 @@ class Daemon:
         status_server = None
         try:
             if self.settings.metrics_address:
-                from .observability import StatusServer  # only with --metrics-address: start-up time
+                from .metrics.telemetry import Telemetry  # only with --metrics-address: start-up time
+                from .observability import StatusServer
 
-                status_server = StatusServer(self.settings.metrics_address, self.status)
+                status_server = StatusServer(self.settings.metrics_address, self.status,
+                                             Telemetry.for_plugin(self.settings, self.gpus, self.monitor))
                 try:
                     status_server.start()
                 except OSError as exc:

@@ -1,7 +1,9 @@
 """Optional HTTP listener: /healthz for liveness probes and /metrics for Prometheus.
 
-Off unless --metrics-address is set (loopback is the documented default). Rendering is
-pure; the server is the standard library's, started only when asked for.
+Off unless --metrics-address is set (loopback is the documented default). /metrics carries
+the plugin's own figures and, when a telemetry source is given, the GPUs' metrics under
+dcgm-exporter's names (the `metrics` package). Routing and rendering are pure; the server
+is a few lines on socketserver, started only when asked for.
 """
 
 import contextlib
@@ -9,7 +11,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -82,56 +84,132 @@ def render_metrics(status: Status) -> str:
     return "\n".join(lines) + "\n"
 
 
+class GpuMetrics(Protocol):
+    """The GPUs' own metrics (metrics.telemetry.Telemetry): Prometheus text, read on each scrape."""
+
+    def render(self) -> str: ...
+
+    def close(self) -> None: ...
+
+
+def metrics_body(status: Status, gpu_metrics: GpuMetrics | None) -> str:
+    """The plugin's figures, then the GPUs'; a failing GPU read never costs the plugin's own."""
+    body = render_metrics(status)
+    if gpu_metrics is None:
+        return body
+    try:
+        return body + gpu_metrics.render()
+    except Exception:
+        log.exception("reading GPU metrics failed; serving the plugin's own metrics only")
+        return body
+
+
+TEXT = "text/plain; charset=utf-8"
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            503: "Service Unavailable"}
+MAX_REQUEST_HEAD = 16384  # request line and headers; Prometheus sends a few hundred bytes
+REQUEST_TIMEOUT_S = 10.0  # a client that stops sending mid-request frees its thread after this
+
+
+def route(method: str, target: str, status: Callable[[], Status],
+          gpu_metrics: GpuMetrics | None) -> tuple[int, str, str]:
+    """(HTTP code, content type, body) for one request."""
+    if method not in ("GET", "HEAD"):
+        return 405, TEXT, f"{method} is not served here: GET /healthz or /metrics\n"
+    path = target.split("?", 1)[0]
+    if path == "/healthz":
+        code, body = health_status(status())
+        return code, TEXT, body + "\n"
+    if path == "/metrics":
+        return 200, PROMETHEUS_TEXT, metrics_body(status(), gpu_metrics)
+    return 404, TEXT, "not found: try /healthz or /metrics\n"
+
+
+def http_response(code: int, content_type: str, body: str, head_only: bool = False) -> bytes:
+    data = body.encode()
+    head = (f"HTTP/1.1 {code} {_REASONS.get(code, '')}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode("ascii")
+    return head if head_only else head + data
+
+
+def parse_request_line(line: bytes) -> tuple[str, str] | None:
+    """("GET", "/metrics") from b"GET /metrics HTTP/1.1\\r\\n", or None for anything else."""
+    parts = line.decode("latin-1").split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/") or not parts[1].startswith("/"):
+        return None
+    return parts[0], parts[1]
+
+
 class StatusServer:
-    def __init__(self, address: str, status: Callable[[], Status]) -> None:
+    """A small HTTP/1.1 server for the two paths, one short-lived thread per connection.
+
+    Not the standard library's http.server: importing it pulls in http.client, and with it ssl
+    and OpenSSL, about 7 MiB of the plugin's resident memory for two plain-text paths.
+    """
+
+    def __init__(self, address: str, status: Callable[[], Status], gpu_metrics: GpuMetrics | None = None) -> None:
         host, _, port = address.rpartition(":")
         self.host, self.port = host.strip("[]") or "127.0.0.1", int(port)
         self._status = status
-        self._httpd = None
+        self._gpu_metrics = gpu_metrics
+        self._server: Any = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # only when asked for
+        import socketserver  # only when asked for
 
         status = self._status
+        gpu_metrics = self._gpu_metrics
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/healthz":
-                    code, body = health_status(status())
-                    ctype = "text/plain; charset=utf-8"
-                elif path == "/metrics":
-                    code, body = 200, render_metrics(status())
-                    ctype = "text/plain; version=0.0.4; charset=utf-8"
+        class Handler(socketserver.StreamRequestHandler):
+            timeout = REQUEST_TIMEOUT_S
+
+            def handle(self) -> None:
+                try:
+                    request = self._read_head()
+                except OSError:  # timed out or reset: nobody to answer
+                    return
+                if request is None:
+                    answer = http_response(400, TEXT, "bad request: GET /healthz or /metrics\n")
                 else:
-                    code, body, ctype = 404, "not found: try /healthz or /metrics\n", "text/plain"
-                data = body.encode() if body.endswith("\n") else (body + "\n").encode()
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    method, target = request
+                    answer = http_response(*route(method, target, status, gpu_metrics), head_only=method == "HEAD")
+                with contextlib.suppress(OSError):
+                    self.wfile.write(answer)
 
-            def log_message(self, *args: object) -> None:  # scrapes are not events worth a log line
-                pass
+            def _read_head(self) -> tuple[str, str] | None:
+                """The request line, once the whole head is read (closing with unread bytes resets the
+                connection before the client reads the answer)."""
+                request = parse_request_line(self.rfile.readline(MAX_REQUEST_HEAD))
+                size = 0
+                while size < MAX_REQUEST_HEAD:
+                    line = self.rfile.readline(MAX_REQUEST_HEAD)
+                    size += len(line)
+                    if line in (b"\r\n", b"\n", b""):
+                        return request
+                return None
 
-        self._httpd = ThreadingHTTPServer((self.host, self.port), Handler)
-        self._httpd.daemon_threads = True
-        self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 3600},
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+
+        self._server = Server((self.host, self.port), Handler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 3600},
                                         name="status-http", daemon=True)
         self._thread.start()
         log.info("serving /healthz and /metrics on http://%s:%d", self.host, self.port)
 
     def stop(self) -> None:
-        if self._httpd is None:
-            return
-        # serve_forever sleeps in select() for up to poll_interval; a connection wakes it now.
-        stopper = threading.Thread(target=self._httpd.shutdown, daemon=True)
-        stopper.start()
-        with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=1):
-            pass
-        stopper.join(5)
-        self._httpd.server_close()
-        self._httpd = None
+        if self._server is not None:
+            # serve_forever sleeps in select() for up to poll_interval; a connection wakes it now.
+            stopper = threading.Thread(target=self._server.shutdown, daemon=True)
+            stopper.start()
+            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=1):
+                pass
+            stopper.join(5)
+            self._server.server_close()
+            self._server = None
+        if self._gpu_metrics is not None:  # after the last scrape: it ends NVML's session
+            self._gpu_metrics.close()

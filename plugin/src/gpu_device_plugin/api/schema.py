@@ -27,7 +27,8 @@ DEVICE_PLUGIN_PATH = "/var/lib/kubelet/device-plugins/"
 KUBELET_SOCKET = DEVICE_PLUGIN_PATH + "kubelet.sock"
 
 # (field name, number, type, label, message type name or "" ); "map" marks map<string,string>.
-MESSAGES: dict[str, list[tuple[str, int, Any, Any, str]]] = {
+MessageFields = list[tuple[str, int, Any, Any, str]]
+MESSAGES: dict[str, MessageFields] = {
     "DevicePluginOptions": [
         ("pre_start_required", 1, BOOL, OPTIONAL, ""),
         ("get_preferred_allocation_available", 2, BOOL, OPTIONAL, ""),

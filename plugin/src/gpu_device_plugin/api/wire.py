@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schema import BOOL, INT32, INT64, MESSAGES, REPEATED, STRING
+from .schema import BOOL, INT32, INT64, MESSAGES, REPEATED, STRING, MessageFields
 
 
 class DecodeError(ValueError):
@@ -65,6 +65,7 @@ class Message:
 
     __slots__ = ()
     _fields: tuple[_Field, ...] = ()
+    _classes: dict[str, type[Message]] = {}  # the declaration this class belongs to: nested types by name
     _by_number: dict[int, _Field] = {}
     _names: frozenset[str] = frozenset()
     _defaults: tuple[tuple[str, Any, Any], ...] = ()
@@ -196,7 +197,7 @@ def _store(message: Message, field: _Field, value: Any) -> None:
         else:
             setattr(message, field.name, text)
     elif kind == _MSG:
-        nested = CLASSES[field.message]()
+        nested = message._classes[field.message]()
         _decode(nested, value)
         if field.repeated:
             getattr(message, field.name).append(nested)
@@ -214,8 +215,9 @@ def _store(message: Message, field: _Field, value: Any) -> None:
         setattr(message, field.name, value - (1 << bits) if value >> (bits - 1) else value)
 
 
-def _make(name: str, fields: list[_Field]) -> type[Message]:
+def _make(name: str, fields: list[_Field], classes: dict[str, type[Message]]) -> type[Message]:
     cls = type(name, (Message,), {"__slots__": tuple(f.name for f in fields), "__module__": __name__})
+    cls._classes = classes
     cls._fields = tuple(fields)
     cls._by_number = {f.number: f for f in fields}
     cls._names = frozenset(f.name for f in fields)
@@ -223,14 +225,22 @@ def _make(name: str, fields: list[_Field]) -> type[Message]:
     return cls
 
 
-_MapEntry = _make("MapEntry", [_Field("key", 1, _STR, False, ""), _Field("value", 2, _STR, False, "")])
+_MapEntry = _make("MapEntry", [_Field("key", 1, _STR, False, ""), _Field("value", 2, _STR, False, "")], {})
 
-CLASSES: dict[str, type[Message]] = {
-    name: _make(name, [_Field(fname, number, _kind(ftype, type_name), label == REPEATED and type_name != "map",
-                              type_name if type_name != "map" else "")
-                       for fname, number, ftype, label, type_name in fields])
-    for name, fields in MESSAGES.items()
-}
+
+def message_classes(messages: dict[str, MessageFields]) -> dict[str, type[Message]]:
+    """Classes for one declaration in schema.MESSAGES' form; nested types resolve within it, so a
+    second API (the kubelet's PodResources) reads and writes its bytes with the same code."""
+    classes: dict[str, type[Message]] = {}
+    for name, fields in messages.items():
+        classes[name] = _make(name, [_Field(fname, number, _kind(ftype, type_name),
+                                             label == REPEATED and type_name != "map",
+                                             type_name if type_name != "map" else "")
+                                     for fname, number, ftype, label, type_name in fields], classes)
+    return classes
+
+
+CLASSES = message_classes(MESSAGES)
 
 # every message class as a module attribute under its proto name (wire.Device, pb.Device)
 globals().update(CLASSES)

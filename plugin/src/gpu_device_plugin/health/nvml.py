@@ -26,7 +26,7 @@ from ..discovery.base import DiscoveryError
 from ..model import Gpu
 from ..nvml_lib import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from .base import Report, loop_alive
-from .records import HealthRecords
+from .records import HealthRecords, LastXids
 from .rules import GOOD, Observation, XidPolicy, bad, xid_policy_from_env
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,7 @@ class NvmlHealthMonitor:
         self._started = False
         self._gpus: dict[str, Gpu] = {}
         self._records = HealthRecords(clock, recovery_quiet_period_s, "it answered NVML normally")
+        self._xids = LastXids()  # from the Xid events of the GPUs registered for them
         self._policy = XidPolicy()
 
     # -- HealthMonitor ------------------------------------------------------------------
@@ -113,6 +114,10 @@ class NvmlHealthMonitor:
     def alive(self) -> bool:
         return loop_alive(self._started, self._stop.is_set(), self._thread, self._beat)
 
+    def last_xid(self, gpu_id: str) -> int | None:
+        """The last Xid NVML reported for the GPU (0: none yet); None while it is not registered for them."""
+        return self._xids.last(gpu_id)
+
     # -- the thread ---------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -143,6 +148,7 @@ class NvmlHealthMonitor:
                         event_set = None
                         with self._lock:
                             self._covered = set()
+                        self._xids.watch(())
                         self._stop.wait(wait_s)
                 else:
                     self._stop.wait(wait_s)
@@ -195,6 +201,7 @@ class NvmlHealthMonitor:
                 self._observe(gpu_id, bad(f"cannot register for NVML events ({exc})"))
         with self._lock:
             self._covered = covered
+        self._xids.watch(covered)
         if not covered:
             self._free_event_set(nvml, event_set)
             return None
@@ -234,6 +241,9 @@ class NvmlHealthMonitor:
             self._observe_all(bad(f"NVML event wait failed ({exc})"))
             return False
         event_type = int(data.eventType)
+        xid_gpu = self._event_gpu(nvml, data) if event_type & EVENT_XID_CRITICAL else None
+        if xid_gpu is not None:
+            self._xids.seen(xid_gpu, int(data.eventData))
         observation = classify_event(self._policy, event_type, int(data.eventData))
         if observation is None:
             if event_type & EVENT_XID_CRITICAL:
@@ -241,7 +251,7 @@ class NvmlHealthMonitor:
             elif event_type & EVENT_SINGLE_BIT_ECC:
                 log.info("single-bit ECC error corrected by the GPU")
             return True
-        gpu_id = self._event_gpu(nvml, data)
+        gpu_id = xid_gpu if event_type & EVENT_XID_CRITICAL else self._event_gpu(nvml, data)
         if gpu_id is None:
             self._observe_all(bad(f"{observation.reason} (on a GPU NVML could not name)"))
         else:

@@ -48,3 +48,26 @@ class HealthRecords:
         else:
             log.debug("GPU %s is Unhealthy: %s", gpu_id, new.reason)
         self._report(gpu_id, Health(new.healthy, new.reason))
+
+
+class LastXids:
+    """The last Xid each watched GPU reported, for telemetry (DCGM_FI_DEV_XID_ERRORS): 0 until
+    one comes, None for a GPU nobody watches, so a metric is never made up. Every Xid counts,
+    the application errors the health rules ignore included, as DCGM reports them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watched: set[str] = set()
+        self._last: dict[str, int] = {}
+
+    def watch(self, gpu_ids: Iterable[str]) -> None:
+        with self._lock:
+            self._watched = set(gpu_ids)
+
+    def seen(self, gpu_id: str, xid: int) -> None:
+        with self._lock:
+            self._last[gpu_id] = xid
+
+    def last(self, gpu_id: str) -> int | None:
+        with self._lock:
+            return self._last.get(gpu_id, 0) if gpu_id in self._watched else None

@@ -42,7 +42,7 @@ from .. import inotify
 from ..discovery.tegra import OPENRM
 from ..model import Gpu
 from .base import Report, loop_alive
-from .records import HealthRecords
+from .records import HealthRecords, LastXids
 from .rules import GOOD, Observation, XidPolicy, bad, xid_policy_from_env
 
 log = logging.getLogger(__name__)
@@ -288,6 +288,7 @@ class TegraHealthMonitor:
         self._gpus: list[Gpu] = []
         self._records = HealthRecords(clock, recovery_quiet_period_s,
                                      "nodes present and no GPU driver errors in the kernel log")
+        self._xids = LastXids()  # Xid-equivalents from the kernel log, while it is read
         self._thread: threading.Thread | None = None
         self._beat = time.monotonic()  # last turn of the monitor loop
         self._started = False
@@ -343,6 +344,10 @@ class TegraHealthMonitor:
 
     def alive(self) -> bool:
         return loop_alive(self._started, self._stopped.is_set(), self._thread, self._beat)
+
+    def last_xid(self, gpu_id: str) -> int | None:
+        """The last nvgpu channel error's Xid-equivalent (0: none yet); None while the kernel log is not read."""
+        return self._xids.last(gpu_id)
 
     # -- the thread ---------------------------------------------------------------------
 
@@ -454,6 +459,7 @@ class TegraHealthMonitor:
                         "run the plugin as root (CAP_SYSLOG)", self._kmsg_path, exc.strerror)
             return
         self._kmsg_fd = fd
+        self._xids.watch(gpu.id for gpu in self._gpus)
         self._kmsg_selectable = stat.S_ISCHR(os.fstat(fd).st_mode)
         try:
             os.lseek(fd, 0, os.SEEK_END)  # skip the backlog: old boot messages are not news
@@ -489,15 +495,20 @@ class TegraHealthMonitor:
                         self._kmsg_path, exc.strerror)
             os.close(self._kmsg_fd)
             self._kmsg_fd = -1
+            self._xids.watch(())
             return
         for raw in records:
             text = raw.decode("utf-8", "replace")
             found = classify_kmsg_line(text)
-            observation = None if found is None else log_error_observation(found, text, self._policy)
-            if found is None or observation is None:
+            if found is None:
                 continue
+            observation = log_error_observation(found, text, self._policy)
             for gpu in self._gpus:
-                if concerns(found, gpu):
+                if not concerns(found, gpu):
+                    continue
+                if found.xid is not None:
+                    self._xids.seen(gpu.id, found.xid)
+                if observation is not None:
                     self._observe(gpu.id, observation)
 
     # -- state --------------------------------------------------------------------------
