@@ -1,6 +1,7 @@
-"""One unary gRPC call over a Unix socket, without grpcio: Register with the kubelet, and
-the watchdog's probe of our own server. A fresh connection per call: both are rare (once
-per registration, once per watchdog period), and a fresh one never sits in back-off.
+"""One unary gRPC call over a Unix socket, without grpcio: Register with the kubelet, the
+kubelet's PodResources List for the metrics, and the watchdog's probe of our own server. A
+fresh connection per call: each is rare (once per registration, per scrape, per watchdog
+period), and a fresh one never sits in back-off.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def _request_bytes(method: str, request: bytes, timeout: float) -> bytes:
         raise ValueError("request larger than the default flow-control window")
     out = bytearray(h2.PREFACE)
     out += h2.settings({h2.ENABLE_PUSH: 0, h2.INITIAL_WINDOW_SIZE: MAX_RESPONSE + 5})
+    # SETTINGS opens only the stream's window; the connection's stays at 64 KiB until we grant
+    # more, and an answer past it (a PodResources List of a busy node) would stall to the deadline.
+    out += h2.window_update(0, MAX_RESPONSE + 5 - h2.DEFAULT_WINDOW)
     out += h2.frame(h2.HEADERS, h2.END_HEADERS, 1, headers)
     chunks = [body[i:i + h2.DEFAULT_MAX_FRAME] for i in range(0, len(body), h2.DEFAULT_MAX_FRAME)] or [b""]
     for index, chunk in enumerate(chunks):
