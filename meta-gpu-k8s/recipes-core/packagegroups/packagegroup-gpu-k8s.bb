@@ -30,23 +30,29 @@ RDEPENDS:${PN} = " \
 # The GPU driver itself comes with the machine (packagegroup-machine-base in the image).
 RDEPENDS:${PN}:append:tegra = " \
     ${GPU_K8S_NVIDIA_CONTAINER_PACKAGES} \
+    ${GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE} \
     ${GPU_K8S_CUDA_PACKAGES} \
 "
 RDEPENDS:${PN}:append:qemuall = " gpu-k8s-preload-images"
 
 # x86-64 discrete GPUs (classes/gpu_k8s_nvidia.bbclass): nvidia.ko and the same-version CUDA
-# driver and NVML, the toolkit whose runtime adds them to containers, the unit that writes
-# the CDI spec at boot, and pynvml for the plugin's NVML discovery.
+# driver and NVML, the persistence daemon, the toolkit whose runtime adds them to containers,
+# the unit that writes the CDI spec at boot, and pynvml for the plugin's NVML discovery; Fabric
+# Manager for NVSwitch systems where its archive is pinned (GPU_K8S_NVIDIA_FABRICMANAGER).
 GPU_K8S_NVIDIA_PACKAGES = " \
     gpu-k8s-nvidia-cdi \
     nvidia-container-toolkit \
     nvidia-driver-libcuda \
     nvidia-driver-libnvidia-ml \
+    nvidia-driver-persistenced \
     nvidia-driver-tools \
     nvidia-open-gpu-kernel-modules \
     python3-nvidia-ml-py \
 "
 RDEPENDS:${PN}:append = " ${@d.getVar('GPU_K8S_NVIDIA_PACKAGES') if d.getVar('GPU_K8S_NVIDIA') == '1' else ''}"
+RDEPENDS:${PN}:append = " ${@'nvidia-fabricmanager' if d.getVar('GPU_K8S_NVIDIA') == '1' and d.getVar('GPU_K8S_NVIDIA_FABRICMANAGER') == '1' else ''}"
+# The driver version and Fabric Manager's pins (GPU_K8S_NVIDIA_FABRICMANAGER's default reads them).
+require recipes-graphics/nvidia-driver/nvidia-driver-version.inc
 
 # A/B updates (classes/gpu_k8s_mender.bbclass): node state on the data partition, the
 # update agent (health gate, upgrade command), the hardware watchdog, the images rollout

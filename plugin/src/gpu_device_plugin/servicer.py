@@ -134,7 +134,9 @@ class DevicePluginServicer:
 
         toolkit_name = toolkit_cdi.namer(settings)  # None unless a cdi-* strategy is on
         try:
-            allocations = [policy.allocate(c.devices_ids, devices, settings, node_exists, toolkit_name)
+            allocations = [policy.allocate(c.devices_ids, devices, settings, node_exists, toolkit_name,
+                                           toolkit_cdi.fallback(settings, c.devices_ids) if toolkit_name
+                                           else ("envvar", ""))
                            for c in request.container_requests]
         except policy.AllocationError as exc:
             request_log.warning("allocation refused: %s", exc)

@@ -114,11 +114,13 @@ def check_cdi(settings: Settings, gpu_kind: str | None, gpus: Sequence[Gpu]) -> 
 
 
 def evaluate_jetson_toolkit(gpu_kind: str | None, l4t: str, config: str | None, dangling: bool,
-                            missing_roots: Sequence[str], has_spec: bool) -> Check:
+                            missing_roots: Sequence[str], has_spec: bool, chip: str = "") -> Check:
     """Orin's NVIDIA Container Toolkit (1.19 on meta-tegra wrynose): its config, mode and CSV alternate roots.
 
     `config`: config.toml's text (None when absent); `dangling`: it is a link whose target is gone
-    (meta-tegra links it to /run, written at boot by nvidia-container-setup.service)."""
+    (meta-tegra links it to /run, written at boot by nvidia-container-setup.service). An Orin
+    (T234, nvgpu) must run in mode csv: "auto" picks csv only while NVML is absent or names an
+    "(nvgpu)" GPU (toolkit internal/info/auto.go), and meta-tegra installs NVML."""
     name = "NVIDIA container toolkit"
     if gpu_kind != "tegra":
         return Check(name, SKIP, "only a Jetson's toolkit is checked here (x86: see the driver and CDI checks)")
@@ -139,6 +141,11 @@ def evaluate_jetson_toolkit(gpu_kind: str | None, l4t: str, config: str | None, 
     if mode not in ("auto", "csv", "cdi"):
         return Check(name, WARN, f"mode is {mode}: on a Jetson the toolkit injects the GPU in csv mode (auto picks it)",
                      f'set mode = "auto" in {RUNTIME_CONFIG}')
+    if chip == "T234" and mode == "auto":
+        return Check(name, WARN, "mode is auto: the runtime takes csv mode only while NVML is absent or names an "
+                     "(nvgpu) GPU; if NVML answers otherwise GPU pods fail to start",
+                     "pin mode = \"csv\" after the setup unit (the image's gpu-k8s-nvidia-runtime-config drop-in "
+                     "does), then restart docker")
     if missing_roots:
         return Check(name, WARN, f"CSV alternate root(s) {short_list(list(missing_roots))} do not exist: their "
                      "libraries are taken from the rootfs instead", "install tegra-container-passthrough")
@@ -155,4 +162,5 @@ def check_jetson_toolkit(settings: Settings, gpu_kind: str | None, gpus: Sequenc
     missing = [r for r in roots if not os.path.isdir(host_path(settings, r))]
     has_spec = bool(toolkit_cdi.read_specs(settings.host_root, skip=(toolkit_cdi.own_spec(settings),),
                                            warn=lambda _: None))
-    return evaluate_jetson_toolkit(gpu_kind, l4t, read_text(path), dangling, missing, has_spec)
+    chip = next((g.properties.get("chip", "") for g in gpus if g.backend == "tegra"), "")
+    return evaluate_jetson_toolkit(gpu_kind, l4t, read_text(path), dangling, missing, has_spec, chip)

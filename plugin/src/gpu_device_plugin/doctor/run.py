@@ -15,7 +15,7 @@ from .k3s import K3sConfig, evaluate_k3s, read_k3s_config
 from .kubelet import CHECKPOINT_NAME, evaluate_checkpoint, evaluate_kubelet_socket, evaluate_plugin_socket, probe_socket
 from .nvidia_stack import check_cdi, check_driver, check_jetson_toolkit
 from .report import WARN, Check
-from .runtime import check_container_runtime
+from .runtime import check_container_runtime, check_isolation
 
 
 def crashed(name: str, exc: Exception) -> Check:
@@ -69,6 +69,8 @@ def run_checks(settings: Settings) -> list[Check]:
         k3s = K3sConfig()
         checks.append(crashed("k3s config", exc))
     checks.append(guard("container runtime", lambda: check_container_runtime(settings, k3s, gpu_kind)))
+    l4t = next((g.properties.get("l4t", "") for g in found.gpus if g.backend == "tegra"), "")
+    checks.append(guard("GPU isolation", lambda: check_isolation(settings, gpu_kind, l4t)))
     checks.append(guard("runtime CSV files", lambda: evaluate_csv(gpu_kind, read_csv_files(settings))))
     checks.append(guard("NVIDIA driver", lambda: check_driver(settings, gpu_kind)))
     checks.append(guard("NVIDIA CDI spec", lambda: check_cdi(settings, gpu_kind, found.gpus)))
