@@ -273,7 +273,8 @@ class ToolkitSpecs:
             self._told.add(told)
         # a Jetson without the toolkit's spec is served by ours as designed (the Nano has no other);
         # an NVML GPU without it loses CDI, which someone set up on purpose
-        log.log(logging.ERROR if gpu.backend == "nvml" else logging.INFO, "%s", fallback_message(gpu, problem, handover))
+        level = logging.ERROR if gpu.backend == "nvml" else logging.INFO
+        log.log(level, "%s", fallback_message(gpu, problem, handover))
 
 
 def fallback_message(gpu: Gpu, problem: str, handover: toolkit_config.Handover | None = None) -> str:

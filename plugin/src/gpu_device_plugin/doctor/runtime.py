@@ -150,15 +150,9 @@ ISOLATION_FIX = (f'in {toolkit_config.CONFIG} set {toolkit_config.ENVVAR_KEY} = 
 
 def accepted_handovers(strategies: Sequence[str], config: toolkit_config.RuntimeConfig) -> list[str]:
     """The plugin's strategies that reach the runtime for an unprivileged container."""
-    out = []
-    for strategy in strategies:
-        if strategy == "volume-mounts" and config.accept_volume_mounts:
-            out.append(strategy)
-        elif strategy == "envvar" and config.accept_envvar_unprivileged:
-            out.append(strategy)
-        elif strategy.startswith("cdi-"):
-            out.append(strategy)  # CDI names are resolved by the engine or the runtime, never forged by a pod
-    return out
+    accepts = {"volume-mounts": config.accept_volume_mounts, "envvar": config.accept_envvar_unprivileged}
+    # CDI names are resolved by the engine or the runtime whatever these settings say
+    return [s for s in strategies if accepts.get(s, s.startswith("cdi-"))]
 
 
 def evaluate_isolation(gpu_kind: str | None, l4t: str, config: toolkit_config.RuntimeConfig,
