@@ -1,4 +1,4 @@
-SUMMARY = "NVIDIA Container Toolkit: nvidia-ctk, CDI hook, NVIDIA runtime (CDI and jit-CDI modes)"
+SUMMARY = "NVIDIA Container Toolkit: nvidia-ctk, CDI hook, NVIDIA runtime (CDI modes)"
 DESCRIPTION = "Built from source for x86-64 discrete GPUs: nvidia-ctk generates the CDI spec \
 of the node's GPUs (gpu-k8s-nvidia-cdi runs it at boot), nvidia-container-runtime wraps runc \
 and adds to a container the devices and driver libraries of the GPUs it was allocated (mode \

@@ -49,8 +49,8 @@ GPU_K8S_NVIDIA_PACKAGES = " \
     nvidia-open-gpu-kernel-modules \
     python3-nvidia-ml-py \
 "
-RDEPENDS:${PN}:append = " ${@d.getVar('GPU_K8S_NVIDIA_PACKAGES') if d.getVar('GPU_K8S_NVIDIA') == '1' else ''}"
-RDEPENDS:${PN}:append = " ${@'nvidia-fabricmanager' if d.getVar('GPU_K8S_NVIDIA') == '1' and d.getVar('GPU_K8S_NVIDIA_FABRICMANAGER') == '1' else ''}"
+GPU_K8S_NVIDIA_FABRICMANAGER_PACKAGE = "${@'nvidia-fabricmanager' if d.getVar('GPU_K8S_NVIDIA_FABRICMANAGER') == '1' else ''}"
+RDEPENDS:${PN}:append = " ${@d.getVar('GPU_K8S_NVIDIA_PACKAGES') + ' ' + d.getVar('GPU_K8S_NVIDIA_FABRICMANAGER_PACKAGE') if d.getVar('GPU_K8S_NVIDIA') == '1' else ''}"
 # The driver version and Fabric Manager's pins (GPU_K8S_NVIDIA_FABRICMANAGER's default reads them).
 require recipes-graphics/nvidia-driver/nvidia-driver-version.inc
 

@@ -1,4 +1,4 @@
-SUMMARY = "NVIDIA driver userspace (R580, x86-64): CUDA driver, NVML, GSP firmware, persistenced"
+SUMMARY = "NVIDIA driver userspace (R580, x86-64): CUDA driver, NVML, GSP fw, persistenced"
 DESCRIPTION = "The compute part of NVIDIA's driver, taken unmodified from NVIDIA's .run \
 installer of exactly the version of nvidia-open-gpu-kernel-modules: libcuda with its PTX JIT, \
 NVVM and debugger libraries, libnvidia-ml (NVML), the GSP firmware the open kernel modules \

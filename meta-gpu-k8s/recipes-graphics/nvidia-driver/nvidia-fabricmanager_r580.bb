@@ -60,7 +60,7 @@ SYSTEMD_SERVICE:${PN} = "nvidia-fabricmanager.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
 
 # It talks to the NVSwitches and GPUs through nvidia.ko of its own version.
-RDEPENDS:${PN} = "nvidia-open-gpu-kernel-modules nvidia-driver-libnvidia-ml"
+RDEPENDS:${PN} = "nvidia-driver-libnvidia-ml nvidia-open-gpu-kernel-modules"
 
 # NVIDIA's binaries as shipped (the licence allows no changes).
 INHIBIT_PACKAGE_STRIP = "1"

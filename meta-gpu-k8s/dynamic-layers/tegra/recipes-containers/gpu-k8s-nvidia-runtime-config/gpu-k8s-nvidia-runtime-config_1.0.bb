@@ -34,7 +34,7 @@ do_install() {
         $dir/50-gpu-k8s-runtime.conf
 }
 
-FILES:${PN} = "${systemd_system_unitdir}/${GPU_K8S_NVIDIA_SETUP_UNIT}.d"
+FILES:${PN} += "${systemd_system_unitdir}/${GPU_K8S_NVIDIA_SETUP_UNIT}.d"
 
 # The unit and nvidia-ctk it extends.
 RDEPENDS:${PN} = "nvidia-container-toolkit"
