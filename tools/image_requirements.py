@@ -43,7 +43,8 @@ CUDA_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cudnn", ("cudnn",)),
     ("tensorrt", ("tensorrt-core", "tensorrt-plugins")),
 )
-DEFAULT_CUDA_LEVEL = "runtime"
+DEFAULT_CUDA_LEVEL = "runtime"  # the Nano's (GPU_K8S_DEFAULT_CUDA in classes/gpu_k8s_platform.bbclass)
+DEFAULT_CUDA_LEVEL_R39 = "driver"  # Orin: R39's drivers.csv hands pods libcuda only; they bring the runtime
 
 
 def cuda_packages(level: str) -> list[str]:

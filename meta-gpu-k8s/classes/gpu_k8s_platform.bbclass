@@ -30,6 +30,13 @@ GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE = ""
 GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE:tegra = "gpu-k8s-nvidia-runtime-config"
 GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE:tegra210 = ""
 
+# GPU_K8S_CUDA's default (packagegroup-gpu-k8s): the Nano's pods take the CUDA runtime from the
+# host (one CSV per library package on L4T R32); on L4T R39 drivers.csv lists libcuda alone, so
+# pods bring their own CUDA runtime and the host needs only the driver.
+GPU_K8S_DEFAULT_CUDA = "runtime"
+GPU_K8S_DEFAULT_CUDA:tegra = "driver"
+GPU_K8S_DEFAULT_CUDA:tegra210 = "runtime"
+
 # Kubelet reservations, eviction and image GC for the 4 GB Nano ("default": k3s's defaults;
 # the Orin devkits have 8 GB or more).
 GPU_K8S_DEFAULT_KUBELET_PROFILE = "default"
