@@ -136,6 +136,7 @@ def probe(image: str) -> dict:
             "cuda_level": group.getVar("GPU_K8S_CUDA") if group else "",
             "cuda_packages": (group.getVar("GPU_K8S_CUDA_PACKAGES") or "").split() if group else [],
             "nvidia": (group.getVar("GPU_K8S_NVIDIA") or "") if group else "",
+            "fabricmanager": (group.getVar("GPU_K8S_NVIDIA_FABRICMANAGER") or "") if group else "",
             "package_install": words(image_data, "PACKAGE_INSTALL"),
             "closure": closure.to_json(),
         }

@@ -18,6 +18,7 @@ JETSON_ORIN = "jetson-orin"  # with JETSON: a tegra234 (Orin) MACHINE, L4T R39.2
 X86_64 = "x86-64"
 QEMU = "qemu"
 NVIDIA = "nvidia"  # the x86-64 discrete-GPU stack (GPU_K8S_NVIDIA = "1")
+FABRICMANAGER = "nvidia-fabricmanager"  # with NVIDIA: Fabric Manager pinned (GPU_K8S_NVIDIA_FABRICMANAGER = "1")
 
 # Kernel modules k3s loads that meta-virtualization's k3s does not recommend;
 # packagegroup-gpu-k8s recommends the same list (GPU_K8S_KERNEL_MODULES; a test keeps the
@@ -42,7 +43,8 @@ CUDA_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cudnn", ("cudnn",)),
     ("tensorrt", ("tensorrt-core", "tensorrt-plugins")),
 )
-DEFAULT_CUDA_LEVEL = "runtime"
+DEFAULT_CUDA_LEVEL = "runtime"  # the Nano's (GPU_K8S_DEFAULT_CUDA in classes/gpu_k8s_platform.bbclass)
+DEFAULT_CUDA_LEVEL_R39 = "driver"  # Orin: R39's drivers.csv hands pods libcuda only; they bring the runtime
 
 
 def cuda_packages(level: str) -> list[str]:
@@ -83,9 +85,11 @@ class Requirement:
         return self.title or self.names[0]
 
 
-def machine_classes(overrides: Collection[str], target_arch: str, nvidia: bool = False) -> list[str]:
+def machine_classes(overrides: Collection[str], target_arch: str, nvidia: bool = False,
+                    fabricmanager: bool = False) -> list[str]:
     """Which requirement sets apply, from bitbake's MACHINEOVERRIDES and TARGET_ARCH, and
-    whether the packagegroup carries the NVIDIA stack (its GPU_K8S_NVIDIA)."""
+    whether the packagegroup carries the NVIDIA stack (its GPU_K8S_NVIDIA) and Fabric Manager
+    (GPU_K8S_NVIDIA_FABRICMANAGER)."""
     classes = []
     if "tegra" in overrides:
         classes.append(JETSON)
@@ -97,6 +101,8 @@ def machine_classes(overrides: Collection[str], target_arch: str, nvidia: bool =
         classes.append(QEMU)
     if nvidia:
         classes.append(NVIDIA)
+        if fabricmanager:
+            classes.append(FABRICMANAGER)
     return classes
 
 
@@ -150,7 +156,12 @@ def _jetson_orin() -> list[Requirement]:
         Requirement(("tegra-configs-container-csv",),
                     "devices.csv and drivers.csv: which device nodes and host libraries go into a GPU container"),
         Requirement(("tegra-container-passthrough",),
-                    "the alternate root the runtime's CSV mode mounts host libraries from (meta-tegra's config)"),
+                    "the alternate root meta-tegra's config names (nvidia-ctk cdi generate --mode=csv reads it; "
+                    "the runtime's own CSV mode mounts from the rootfs)"),
+        Requirement(("gpu-k8s-nvidia-runtime-config",),
+                    "the drop-in that pins the runtime to CSV mode and makes it ignore NVIDIA_VISIBLE_DEVICES from "
+                    "unprivileged containers: without it any pod that sets the variable gets the GPU, and the mode "
+                    "follows NVML's answer"),
         Requirement(("nv-tegra-release",),
                     "/etc/nv_tegra_release: the L4T release the plugin labels nodes with and the runtime checks"),
     ]
@@ -203,6 +214,7 @@ NVIDIA_PACKAGES = (
     "nvidia-container-toolkit",
     "nvidia-driver-libcuda",
     "nvidia-driver-libnvidia-ml",
+    "nvidia-driver-persistenced",
     "nvidia-driver-tools",
     "nvidia-open-gpu-kernel-modules",
     "python3-nvidia-ml-py",
@@ -227,7 +239,10 @@ def _nvidia() -> list[Requirement]:
                     "programs in pods find no driver", title="libcuda (nvidia-driver-libcuda)"),
         Requirement(("nvidia-driver-tools",),
                     "nvidia-smi and nvidia-modprobe: the CDI unit initialises the GPUs and creates /dev/nvidia<N> "
-                    "with them"),
+                    "and the MIG capability nodes (/dev/nvidia-caps) with them"),
+        Requirement(("nvidia-driver-persistenced",),
+                    "nvidia-persistenced with libnvidia-cfg.so.1 (which it loads at start) and its unit: without "
+                    "it a GPU with no client is torn down and set up again (GSP boot) for every CUDA container"),
         Requirement(("nvidia-container-toolkit",),
                     "nvidia-ctk writes the CDI spec, nvidia-container-runtime (docker's and containerd's default "
                     "runtime) adds the GPUs and driver libraries it names to containers; without it pods get no GPU"),
@@ -258,6 +273,10 @@ def requirements_for(classes: Collection[str], cuda_packages: Sequence[str] = ()
         requirements += _qemu()
     if NVIDIA in classes:
         requirements += _nvidia()
+    if FABRICMANAGER in classes:
+        requirements.append(Requirement(("nvidia-fabricmanager",),
+                                        "Fabric Manager of the driver's version: on NVSwitch systems (HGX/DGX) CUDA "
+                                        "fails with 'system not yet initialized' until it has set up the fabric"))
     return requirements
 
 

@@ -43,6 +43,15 @@ def gpu_k8s_nvidia_licence_accepted(d):
     accepted = (d.getVar('LICENSE_FLAGS_ACCEPTED') or '').split()
     return flag in accepted or flag + '_nvidia-driver' in accepted
 
+# Fabric Manager (NVSwitch systems): in the image when its archive of the driver's version is
+# pinned (NVIDIA_FABRICMANAGER_SHA256 and _LICENSE_MD5 in nvidia-driver-version.inc, which the
+# packagegroup requires); its unit starts only where an NVSwitch is found, so it costs nothing
+# elsewhere. "1" without the pins stops the parse, naming them.
+def gpu_k8s_nvidia_fabricmanager_pinned(d):
+    return bool(d.getVar('NVIDIA_FABRICMANAGER_SHA256') and d.getVar('NVIDIA_FABRICMANAGER_LICENSE_MD5'))
+
+GPU_K8S_NVIDIA_FABRICMANAGER ??= "${@'1' if gpu_k8s_nvidia_fabricmanager_pinned(d) else '0'}"
+
 def gpu_k8s_nvidia_problem(d):
     """Why GPU_K8S_NVIDIA cannot be built as set, in one line with the fix; '' if it can."""
     value = d.getVar('GPU_K8S_NVIDIA')
@@ -57,6 +66,13 @@ def gpu_k8s_nvidia_problem(d):
     if go:
         return ('GPU_K8S_NVIDIA = "1" needs nvidia-container-toolkit 1.20.0, built with Go >= %s; this series has Go %s '
                 '(build x86-64 on wrynose, or set GPU_K8S_NVIDIA = "0")' % (d.getVar('GPU_K8S_NVIDIA_MIN_GO'), go))
+    fabricmanager = d.getVar('GPU_K8S_NVIDIA_FABRICMANAGER')
+    if fabricmanager not in ('0', '1'):
+        return 'GPU_K8S_NVIDIA_FABRICMANAGER must be "0" or "1", got "%s" (set it in local.conf)' % fabricmanager
+    if fabricmanager == '1' and not gpu_k8s_nvidia_fabricmanager_pinned(d):
+        return ('GPU_K8S_NVIDIA_FABRICMANAGER = "1" but Fabric Manager %s is not pinned: set NVIDIA_FABRICMANAGER_SHA256 '
+                '(from NVIDIA\'s redistrib_%s.json) and NVIDIA_FABRICMANAGER_LICENSE_MD5, or set '
+                'GPU_K8S_NVIDIA_FABRICMANAGER = "0"' % (d.getVar('NVIDIA_DRIVER_VERSION'), d.getVar('NVIDIA_DRIVER_VERSION')))
     if not gpu_k8s_nvidia_licence_accepted(d):
         return ('the NVIDIA driver licence is not accepted: the image carries NVIDIA\'s driver (GPU_K8S_NVIDIA = "1"), '
                 'redistributable only under its licence (https://www.nvidia.com/en-us/drivers/nvidia-license/); '

@@ -24,6 +24,18 @@ GPU_K8S_NVIDIA_RUNTIME_PACKAGE:tegra210 = "nvidia-container-runtime"
 GPU_K8S_NVIDIA_CONTAINER_PACKAGES = ""
 GPU_K8S_NVIDIA_CONTAINER_PACKAGES:tegra = "libnvidia-container-tools nvidia-container-toolkit"
 GPU_K8S_NVIDIA_CONTAINER_PACKAGES:tegra210 = "libnvidia-container-tools nvidia-container-toolkit nvidia-container-runtime"
+# Our drop-in that sets isolation (and, on Orin, CSV mode) after the toolkit's setup unit
+# wrote the config (dynamic-layers/tegra/recipes-containers/gpu-k8s-nvidia-runtime-config).
+GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE = ""
+GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE:tegra = "gpu-k8s-nvidia-runtime-config"
+GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE:tegra210 = ""
+
+# GPU_K8S_CUDA's default (packagegroup-gpu-k8s): the Nano's pods take the CUDA runtime from the
+# host (one CSV per library package on L4T R32); on L4T R39 drivers.csv lists libcuda alone, so
+# pods bring their own CUDA runtime and the host needs only the driver.
+GPU_K8S_DEFAULT_CUDA = "runtime"
+GPU_K8S_DEFAULT_CUDA:tegra = "driver"
+GPU_K8S_DEFAULT_CUDA:tegra210 = "runtime"
 
 # Kubelet reservations, eviction and image GC for the 4 GB Nano ("default": k3s's defaults;
 # the Orin devkits have 8 GB or more).
@@ -34,9 +46,24 @@ GPU_K8S_DEFAULT_KUBELET_PROFILE:tegra210 = "small-4gb"
 GPU_K8S_DEFAULT_DISABLE_NETWORK_POLICY = "0"
 GPU_K8S_DEFAULT_DISABLE_NETWORK_POLICY:tegra210 = "1"
 
-# meta-tegra wrynose's nvidia-container-toolkit writes the runtime's config (CSV mode with
-# its alternate roots) into /run at every boot with this unit; whatever runs the runtime
-# (docker is ordered by the unit itself, k3s's containerd is not) must start after it.
+# meta-tegra wrynose's nvidia-container-toolkit writes the runtime's config into /run at every
+# boot with this unit (nvidia-ctk config generate-default: mode auto, NVIDIA_VISIBLE_DEVICES
+# accepted from any container); whatever runs the runtime (docker is ordered by the unit
+# itself, k3s's containerd is not) must start after it.
 GPU_K8S_NVIDIA_SETUP_UNIT = ""
 GPU_K8S_NVIDIA_SETUP_UNIT:tegra = "nvidia-container-setup.service"
 GPU_K8S_NVIDIA_SETUP_UNIT:tegra210 = ""
+
+# GPU isolation: "1" (default) makes the NVIDIA runtime ignore NVIDIA_VISIBLE_DEVICES from
+# unprivileged containers, so a pod gets only the GPUs the device plugin allocated it (handed
+# over as volume mounts); privileged containers keep the variable. "0" restores the toolkit's
+# default (any container that sets the variable gets the GPUs). x86-64: the toolkit's
+# config.toml; Orin: a drop-in for GPU_K8S_NVIDIA_SETUP_UNIT. The Nano's runtime (toolkit
+# 1.0.5) has no such setting: it honours the variable from every container (docs/layer.md).
+GPU_K8S_GPU_ISOLATION ??= "1"
+
+# The mode the NVIDIA runtime is pinned to after the setup unit wrote its config ("" keeps
+# the generated "auto"). The Orin's GPU goes to containers in CSV mode only; "auto" picks CSV
+# only while NVML is absent or names an "(nvgpu)" GPU, and meta-tegra installs NVML.
+GPU_K8S_NVIDIA_RUNTIME_MODE = ""
+GPU_K8S_NVIDIA_RUNTIME_MODE:tegra234 = "csv"

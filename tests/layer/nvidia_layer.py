@@ -29,13 +29,14 @@ def class_functions() -> dict:
 
 class Data:
     """The variables the class reads, as bitbake would give them (genericx86-64, wrynose,
-    GPU_K8S_NVIDIA = "1", no licence accepted, unless told otherwise)."""
+    GPU_K8S_NVIDIA = "1", no Fabric Manager, no licence accepted, unless told otherwise)."""
 
     def __init__(self, **values: str) -> None:
         own = parse(NVIDIA_CLASS)
         defaults = {"GPU_K8S_NVIDIA_MIN_GO": own.value("GPU_K8S_NVIDIA_MIN_GO"),
                     "GPU_K8S_NVIDIA_LICENSE_FLAG": own.value("GPU_K8S_NVIDIA_LICENSE_FLAG"),
                     "TARGET_ARCH": "x86_64", "MACHINEOVERRIDES": "x86-64:genericx86-64", "GPU_K8S_NVIDIA": "1",
+                    "GPU_K8S_NVIDIA_FABRICMANAGER": "0", "NVIDIA_DRIVER_VERSION": "580.142",
                     "DISTRO_FEATURES": "systemd virtualization seccomp k3s gpu-k8s"}
         self.values = {**defaults, **values}
 

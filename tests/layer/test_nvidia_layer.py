@@ -156,13 +156,31 @@ def test_the_toolkit_is_at_or_above_the_cve_2025_23266_floor_and_pinned() -> Non
     assert f"branch=release-{'.'.join(version.split('.')[:2])}" in bb.value("SRC_URI")
 
 
-def test_the_toolkit_builds_cdi_mode_only_and_its_runtime_runs_in_cdi_mode() -> None:
+def test_the_toolkit_builds_cdi_modes_only_and_its_runtime_isolates_in_mode_auto() -> None:
     bb = parse(toolkit_recipe())
     commands = {word.rsplit("/", 1)[1] for word in bb.words("GO_INSTALL")}
     assert commands == {"nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime"}
     settings = [line for line in (TOOLKIT_DIR / "files/config.toml").read_text().splitlines()
                 if line and not line.startswith("#")]
-    assert settings == ["[nvidia-container-runtime]", 'mode = "cdi"']
+    # the runtime as tests/plugin/test_isolation.py reads it, merged over nvidia-ctk's defaults
+    assert settings == ["accept-nvidia-visible-devices-envvar-when-unprivileged = false",
+                        "accept-nvidia-visible-devices-as-volume-mounts = true",
+                        "[nvidia-container-runtime]", 'mode = "auto"']
+
+
+def test_the_isolation_opt_out_turns_exactly_the_envvar_line(tmp_path: Path) -> None:
+    bb = parse(toolkit_recipe())
+    assert "gpu_k8s_platform" in bb.inherits
+    install = bb.tasks["do_install:append"]
+    sed = re.search(r"sed -i -e '([^']+)'", install)
+    assert sed and 'if [ "${GPU_K8S_GPU_ISOLATION}" = "0" ]' in install
+    config = tmp_path / "config.toml"
+    config.write_text((TOOLKIT_DIR / "files/config.toml").read_text())
+    subprocess.run(["sed", "-i", "-e", sed.group(1), str(config)], check=True)
+    changed = [line for line in config.read_text().splitlines() if line.startswith("accept-")]
+    assert changed == ["accept-nvidia-visible-devices-envvar-when-unprivileged = true",
+                       "accept-nvidia-visible-devices-as-volume-mounts = true"]
+    assert parse(LAYER / "classes/gpu_k8s_platform.bbclass").value("GPU_K8S_GPU_ISOLATION") == "1"
 
 
 def test_a_series_with_an_older_go_skips_the_toolkit_with_the_reason() -> None:
@@ -207,6 +225,7 @@ FAKE_TOOLS = {
             cdi) out=${3#--output=}; echo "cdiVersion: 0.5.0" >"$out" ;;
         esac"""),
     "nvidia-smi": 'echo "nvidia-smi $*" >>"$CALLS"; echo "GPU 0: NVIDIA L4 (UUID: GPU-1234)"',
+    "nvidia-modprobe": 'echo "nvidia-modprobe $*" >>"$CALLS"',
 }
 
 
@@ -294,3 +313,111 @@ def test_the_script_is_posix_sh() -> None:
         pytest.skip("dash not installed")
     subprocess.run(["/bin/dash", "-n", str(CDI_SCRIPT)], check=True)
     assert os.access(CDI_SCRIPT, os.X_OK)
+
+
+# ---- data-centre GPUs: persistence daemon, MIG nodes, Fabric Manager ---------------------
+
+FABRICMANAGER = LAYER / "recipes-graphics/nvidia-driver/nvidia-fabricmanager_r580.bb"
+DRIVER_FILES = LAYER / "recipes-graphics/nvidia-driver/files"
+
+
+def test_persistenced_ships_with_the_library_it_loads_and_a_unit_that_runs_only_with_a_gpu() -> None:
+    bb = parse_with_requires(USERSPACE)
+    libraries = dict(entry.split(":") for entry in bb.words("NVIDIA_LIBRARIES"))
+    assert libraries["libnvidia-cfg"] == "libnvidia-cfg.so.1", "nvidia-persistenced dlopens libnvidia-cfg.so.1"
+    assert libraries["libcudadebugger"] == "libcudadebugger.so.1"
+    files = bb.value("FILES", "${PN}-persistenced")
+    assert "${bindir}/nvidia-persistenced" in files and "${libdir}/libnvidia-cfg.so*" in files
+    assert "${libdir}/libcudadebugger.so*" in bb.value("FILES", "${PN}-libcuda")
+    packages = bb.words("PACKAGES")
+    assert packages.index("${PN}-persistenced") < packages.index("${PN}-tools"), "the daemon must not land in -tools"
+    assert bb.value("SYSTEMD_SERVICE", "${PN}-persistenced") == "nvidia-persistenced.service"
+    assert "--user-group nvidia-persistenced" in bb.value("USERADD_PARAM", "${PN}-persistenced")
+    unit = (DRIVER_FILES / "nvidia-persistenced.service").read_text()
+    assert "ConditionPathExistsGlob=/proc/driver/nvidia/gpus/*" in unit
+    assert re.search(r"^ExecStart=@BINDIR@/nvidia-persistenced --user nvidia-persistenced$", unit, re.M)
+    assert re.search(r"^Before=.*docker\.service.*k3s\.service", unit, re.M)
+
+
+def test_fabric_manager_is_of_the_drivers_version_and_skipped_until_its_archive_is_pinned() -> None:
+    bb = parse_with_requires(FABRICMANAGER)
+    assert bb.value("PV") == "${NVIDIA_DRIVER_VERSION}"
+    assert 'SRC_URI[sha256sum] = "${NVIDIA_FABRICMANAGER_SHA256}"' in FABRICMANAGER.read_text()
+    assert bb.value("NVIDIA_FABRICMANAGER_ARCHIVE") == "fabricmanager-linux-x86_64-${PV}-archive"
+    assert "/redist/fabricmanager/linux-x86_64/${NVIDIA_FABRICMANAGER_ARCHIVE}.tar.xz" in FABRICMANAGER.read_text()
+    assert bb.value("LICENSE_FLAGS") == parse(USERSPACE).value("LICENSE_FLAGS")
+    assert "raise bb.parse.SkipRecipe('no sha256/licence md5 pinned for Fabric Manager" in FABRICMANAGER.read_text()
+    inc = parse(VERSION_INC)
+    # not established for this release (docs/layer.md says where the values come from): no invented hash
+    assert inc.value("NVIDIA_FABRICMANAGER_SHA256") == "" and inc.value("NVIDIA_FABRICMANAGER_LICENSE_MD5") == ""
+
+
+def test_fabric_manager_starts_only_with_an_nvswitch_and_before_the_cdi_unit_and_k3s() -> None:
+    unit = (DRIVER_FILES / "nvidia-fabricmanager.service").read_text()
+    assert "ConditionPathExistsGlob=/proc/driver/nvidia-nvswitch/devices/*" in unit
+    before = re.search(r"^Before=(.*)$", unit, re.M).group(1).split()
+    assert {"gpu-k8s-nvidia-cdi.service", "k3s.service", "k3s-agent.service", "docker.service"} <= set(before)
+    assert "nvidia-fabricmanager.service" in re.search(r"^After=(.*)$", (CDI_DIR / "files/gpu-k8s-nvidia-cdi.service")
+                                                      .read_text(), re.M).group(1)
+
+
+@pytest.mark.parametrize(("sha", "md5", "knob", "default", "problem"), [
+    ("", "", None, "0", ""),
+    ("ab" * 32, "cd" * 16, None, "1", ""),
+    ("", "", "1", None, "Fabric Manager 580.142 is not pinned"),
+    ("", "", "maybe", None, 'GPU_K8S_NVIDIA_FABRICMANAGER must be "0" or "1"'),
+])
+def test_fabric_manager_is_in_the_image_exactly_when_pinned(sha: str, md5: str, knob: str | None,
+                                                            default: str | None, problem: str) -> None:
+    functions = class_functions()
+    values = {"NVIDIA_FABRICMANAGER_SHA256": sha, "NVIDIA_FABRICMANAGER_LICENSE_MD5": md5,
+              "LICENSE_FLAGS_ACCEPTED": "nvidia-driver"}
+    if default is not None:
+        pinned = functions["gpu_k8s_nvidia_fabricmanager_pinned"](Data(**values))
+        assert ("1" if pinned else "0") == default
+    if knob is not None:
+        values["GPU_K8S_NVIDIA_FABRICMANAGER"] = knob
+    found = functions["gpu_k8s_nvidia_problem"](Data(**values))
+    assert (problem in found and "\n" not in found) if problem else found == ""
+    group = parse(PACKAGEGROUP)
+    assert "nvidia-driver-persistenced" in group.words("GPU_K8S_NVIDIA_PACKAGES")
+    assert "GPU_K8S_NVIDIA_FABRICMANAGER') == '1'" in group.value("GPU_K8S_NVIDIA_FABRICMANAGER_PACKAGE")
+
+
+def test_mig_capability_nodes_are_created_where_the_driver_lists_them(node, tmp_path: Path) -> None:
+    mig = tmp_path / "proc/driver/nvidia/capabilities/mig"
+    mig.mkdir(parents=True)
+    (mig / "config").write_text("DeviceFileMinor: 1\n")
+    (mig / "monitor").write_text("DeviceFileMinor: 2\n")
+    pci_device(node.sysfs, "0000:01:00.0", "0x10de", "0x20b5", "0x030200")  # A100 80GB
+    result = node.run(GPU_K8S_PROC=str(tmp_path / "proc"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    calls = [c for c in node.calls() if c.startswith("nvidia-modprobe")]
+    assert calls == [f"nvidia-modprobe -f {mig}/config", f"nvidia-modprobe -f {mig}/monitor"]
+
+
+def test_a_gpu_without_mig_needs_no_capability_nodes(node, tmp_path: Path) -> None:
+    pci_device(node.sysfs, "0000:01:00.0", "0x10de", "0x27b8", "0x030200")
+    assert node.run(GPU_K8S_PROC=str(tmp_path / "no-proc")).returncode == 0
+    assert not [c for c in node.calls() if c.startswith("nvidia-modprobe")]
+
+
+# ---- Jetson: the runtime settings drop-in ------------------------------------------------
+
+RUNTIME_CONFIG_RECIPE = (LAYER / "dynamic-layers/tegra/recipes-containers/gpu-k8s-nvidia-runtime-config/"
+                         "gpu-k8s-nvidia-runtime-config_1.0.bb")
+
+
+def test_the_jetson_drop_in_extends_the_setup_unit_and_is_not_for_the_nano() -> None:
+    bb = parse(RUNTIME_CONFIG_RECIPE)
+    assert bb.value("COMPATIBLE_MACHINE") == "(tegra)"
+    assert bb.value("COMPATIBLE_MACHINE", "tegra210") == "(^$)"
+    install = bb.tasks["do_install"]
+    assert "${systemd_system_unitdir}/${GPU_K8S_NVIDIA_SETUP_UNIT}.d" in install
+    assert bb.value("RDEPENDS", "${PN}") == "nvidia-container-toolkit"
+    platform = parse(LAYER / "classes/gpu_k8s_platform.bbclass")
+    assert platform.value("GPU_K8S_NVIDIA_RUNTIME_MODE", "tegra234") == "csv"
+    assert platform.value("GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE", "tegra") == "gpu-k8s-nvidia-runtime-config"
+    assert platform.value("GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE", "tegra210") == ""
+    tegra = parse(PACKAGEGROUP).words("RDEPENDS", "${PN}", "append", "tegra")
+    assert "${GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE}" in tegra

@@ -119,16 +119,19 @@ def test_plugin_recipe_installs_and_enables_the_unit():
 
 
 @pytest.mark.parametrize(
-    ("override_dir", "strategy"),
-    [("", "auto"), ("tegra", "tegra"), ("qemuall", "simulated")],
-    ids=["genericx86-64", "jetson", "qemu"],
+    ("override_dir", "strategy", "handover"),
+    # volume mounts where the runtime ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers
+    # (tests/plugin/test_isolation.py); the Nano's runtime reads the variable only
+    [("", "auto", "volume-mounts"), ("tegra", "tegra", "volume-mounts"), ("tegra210", "tegra", "envvar"),
+     ("qemuall", "simulated", "envvar")],
+    ids=["genericx86-64", "jetson", "jetson-nano", "qemu"],
 )
-def test_default_plugin_config_per_machine(override_dir, strategy):
+def test_default_plugin_config_per_machine(override_dir, strategy, handover):
     conf = yaml.safe_load((PLUGIN_DIR / "files" / override_dir / "gpu-device-plugin.yaml").read_text())
     assert conf["version"] == "v1"
     flags = conf["flags"]
     assert flags["deviceDiscoveryStrategy"] == strategy
-    assert flags["plugin"]["deviceListStrategy"] == "envvar"
+    assert flags["plugin"]["deviceListStrategy"] == handover
     if strategy == "simulated":
         assert flags["plugin"]["simulatedGpus"] == 2, "the QEMU smoke test expects nvidia.com/gpu: 2"
     else:

@@ -92,3 +92,41 @@ def test_driver_rules_without_a_gpu_or_a_readable_version() -> None:
         == "550.54.15"
     assert kernel_driver_version(
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.105.08  Release Build") == "580.105.08"
+
+
+def running(root: Path, *programs: str) -> None:
+    """Processes by their /proc/<pid>/comm (15 characters at most), after any already there."""
+    first = 100 + len(list(root.glob("proc/[0-9]*")))
+    for pid, comm in enumerate(programs, first):
+        (root / f"proc/{pid}").mkdir(parents=True)
+        (root / f"proc/{pid}/comm").write_text(comm + "\n")
+
+
+def test_an_nvswitch_without_fabric_manager_fails_naming_error_802(node: Path) -> None:
+    (node / "proc/driver/nvidia-nvswitch/devices/0000:05:00.0").mkdir(parents=True)
+    running(node, "nvidia-persiste")
+    status, detail = checks(node)["NVIDIA data-centre services"]
+    assert status == FAIL and "Fabric Manager is not running" in detail and "(802)" in detail
+    running(node, "nv-fabricmanage")
+    status, detail = checks(node)["NVIDIA data-centre services"]
+    assert status == PASS and "Fabric Manager running for 1 NVSwitch(es)" in detail
+
+
+def test_a_node_without_persistenced_is_told_and_a_missing_libnvidia_cfg_named(node: Path) -> None:
+    status, detail = checks(node)["NVIDIA data-centre services"]
+    assert status == WARN and "nvidia-persistenced is not running" in detail and "libnvidia-cfg.so.1" in detail
+    (node / "usr/lib/libnvidia-cfg.so.1").write_text("")
+    assert "libnvidia-cfg" not in checks(node)["NVIDIA data-centre services"][1]
+    running(node, "nvidia-persiste")
+    assert checks(node)["NVIDIA data-centre services"] == (PASS, "nvidia-persistenced running; no NVSwitch | ")
+
+
+def test_isolation_on_the_node_follows_its_runtime_config(node: Path) -> None:
+    # the fixture's config sets only mode = "cdi": the toolkit's default accepts the variable from anyone
+    status, detail = checks(node, device_list_strategy=("cdi-cri",))["GPU isolation"]
+    assert status == WARN and "gets every GPU without requesting one" in detail
+    shipped = Path(__file__).resolve().parents[2] / "meta-gpu-k8s/recipes-containers/nvidia-container-toolkit/files"
+    (node / "etc/nvidia-container-runtime/config.toml").write_text((shipped / "config.toml").read_text())
+    assert checks(node, device_list_strategy=("volume-mounts",))["GPU isolation"][0] == PASS
+    status, detail = checks(node, device_list_strategy=("envvar",))["GPU isolation"]
+    assert status == FAIL and "deviceListStrategy: volume-mounts" in detail

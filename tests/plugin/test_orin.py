@@ -234,7 +234,7 @@ def test_check_on_orin_passes_discovery_nodes_and_csv(root: Path) -> None:
 
 def test_check_on_orin_knows_the_toolkit_config_and_its_cdi_spec() -> None:
     nano = orin_checks(ORIN_NANO)
-    assert nano["NVIDIA container toolkit"] == (PASS, "/etc/nvidia-container-runtime/config.toml: mode auto | ")
+    assert nano["NVIDIA container toolkit"] == (PASS, "/etc/nvidia-container-runtime/config.toml: mode csv | ")
     assert nano["NVIDIA CDI spec"][0] == SKIP  # no toolkit spec, CDI not used: CSV mode serves it
     agx = orin_checks(AGX_ORIN, device_list_strategy=("cdi-cri",))
     assert agx["NVIDIA CDI spec"][0] == PASS and "nvidia.com/gpu=0" in agx["NVIDIA CDI spec"][1]
@@ -254,6 +254,10 @@ def test_toolkit_config_rules() -> None:
     assert evaluate_jetson_toolkit("tegra", "R36.5.0", 'mode = "legacy"\n', False, [], False).status == WARN
     missing_root = evaluate_jetson_toolkit("tegra", "R39.2.0", 'mode = "auto"\n', False, [PASSTHROUGH], False)
     assert missing_root.status == WARN and "tegra-container-passthrough" in missing_root.fix
+    # an Orin left in auto depends on NVML's answer: the check asks for csv
+    orin_auto = evaluate_jetson_toolkit("tegra", "R39.2.0", 'mode = "auto"\n', False, [], False, chip="T234")
+    assert orin_auto.status == WARN and "NVML" in orin_auto.detail and 'mode = "csv"' in orin_auto.fix
+    assert evaluate_jetson_toolkit("tegra", "R39.2.0", 'mode = "csv"\n', False, [], False, chip="T234").status == PASS
 
 
 def test_dangling_config_link_is_found_on_the_node(tmp_path: Path) -> None:

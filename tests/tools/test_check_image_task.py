@@ -148,7 +148,8 @@ def test_an_x86_image_with_the_nvidia_knob_on_but_no_stack_is_told_what_each_pie
                if not f.ok and not f.requirement.label.startswith("kernel-module")]
     assert lacking == ["nvidia.ko (nvidia-open-gpu-kernel-modules)", "nvidia-driver-firmware",
                        "libnvidia-ml (nvidia-driver-libnvidia-ml)", "libcuda (nvidia-driver-libcuda)",
-                       "nvidia-driver-tools", "nvidia-container-toolkit", "gpu-k8s-nvidia-cdi", "python3-nvidia-ml-py"]
+                       "nvidia-driver-tools", "nvidia-driver-persistenced", "nvidia-container-toolkit",
+                       "gpu-k8s-nvidia-cdi", "python3-nvidia-ml-py"]
     out = capsys.readouterr().out
     assert "GPU_K8S_NVIDIA = 1" in out
     assert "MISSING  gpu-k8s-nvidia-cdi: the boot unit that loads the driver" in out

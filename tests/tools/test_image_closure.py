@@ -63,6 +63,10 @@ def packagegroup_words(var_overrides: tuple[str, ...], cuda_level: str = "runtim
             expanded += bb.words("GPU_K8S_KERNEL_MODULES")
         elif word == "${GPU_K8S_NVIDIA_CONTAINER_PACKAGES}":
             expanded += nano_container_packages()
+        elif word == "${GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE}":
+            # the Nano's (tegra210): none, its toolkit 1.0.5 has no setup unit to extend
+            expanded += parse(LAYER / "classes/gpu_k8s_platform.bbclass").words(
+                "GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE", "tegra210")
         else:
             expanded.append(word)
     return expanded

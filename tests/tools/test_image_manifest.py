@@ -110,7 +110,10 @@ def test_requirement_modules_are_the_ones_the_packagegroup_recommends() -> None:
 def test_cuda_levels_are_the_ones_the_packagegroup_knows() -> None:
     in_recipe = [(name, tuple(pkgs.split())) for name, pkgs in re.findall(r"\('(\w+)', '([^']+)'\)", GROUP.read_text())]
     assert in_recipe == list(req.CUDA_LEVELS)
-    assert parse(GROUP).value("GPU_K8S_CUDA") == req.DEFAULT_CUDA_LEVEL
+    assert parse(GROUP).value("GPU_K8S_CUDA") == "${GPU_K8S_DEFAULT_CUDA}"
+    platform = parse(GROUP.parents[2] / "classes/gpu_k8s_platform.bbclass")
+    assert platform.value("GPU_K8S_DEFAULT_CUDA", "tegra210") == req.DEFAULT_CUDA_LEVEL
+    assert platform.value("GPU_K8S_DEFAULT_CUDA", "tegra") == req.DEFAULT_CUDA_LEVEL_R39
     with pytest.raises(ValueError, match="one of driver, runtime"):
         req.cuda_packages("everything")
 

@@ -17,7 +17,8 @@ COMMON = ["docker-moby", "k3s", "k3s-server", "gpu-device-plugin", "python3-hpac
           "python3-pyyaml", "gpu-k8s-docker-config"]
 ORIN_GPU = ["nv-kernel-module-nvgpu", "nv-kernel-module-nvmap", "nv-kernel-module-host1x", "tegra-firmware-tegra234",
             "tegra-configs-udev", "tegra-libraries-cuda", "nvidia-container-toolkit", "libnvidia-container-tools",
-            "tegra-configs-container-csv", "tegra-container-passthrough", "nv-tegra-release", "cuda-cudart"]
+            "tegra-configs-container-csv", "tegra-container-passthrough", "gpu-k8s-nvidia-runtime-config",
+            "nv-tegra-release", "cuda-cudart"]
 
 
 def result(installed: list[str], overrides: list[str]) -> check_image.ProbeResult:
@@ -52,10 +53,10 @@ def test_the_nanos_closure_on_an_orin_misses_the_orin_driver_and_says_why() -> N
     missing = [f.requirement.label for f in findings if not f.ok]
     assert missing == ["nv-kernel-module-nvgpu", "nv-kernel-module-nvmap", "nv-kernel-module-host1x",
                        "tegra-firmware-tegra234", "tegra-configs-container-csv", "tegra-container-passthrough",
-                       "nv-tegra-release"]
+                       "gpu-k8s-nvidia-runtime-config", "nv-tegra-release"]
     report = "\n".join(check_image.report(probe, findings))
     assert "MISSING  nv-kernel-module-nvgpu: the Orin GPU driver, built out of tree by nvidia-kernel-oot" in report
-    assert "(jetson, jetson-orin)" in report and "7 of 19 required pieces missing" in report
+    assert "(jetson, jetson-orin)" in report and "8 of 20 required pieces missing" in report
 
 
 def test_a_builtin_nvgpu_satisfies_the_driver_after_a_build() -> None:

@@ -43,5 +43,6 @@ FILES:${PN} += "${nonarch_base_libdir}/udev/rules.d"
 SYSTEMD_SERVICE:${PN} = "gpu-k8s-nvidia-cdi.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
 
-# nvidia-ctk (CDI spec, control device nodes), nvidia-smi and nvidia-modprobe (GPU nodes), modprobe.
+# nvidia-ctk (CDI spec, control device nodes), nvidia-smi and nvidia-modprobe (GPU and MIG
+# capability nodes), modprobe.
 RDEPENDS:${PN} = "kmod nvidia-container-toolkit nvidia-driver-tools"

@@ -1,9 +1,10 @@
-SUMMARY = "NVIDIA Container Toolkit: nvidia-ctk, CDI hook, NVIDIA runtime in CDI mode"
+SUMMARY = "NVIDIA Container Toolkit: nvidia-ctk, CDI hook, NVIDIA runtime (CDI modes)"
 DESCRIPTION = "Built from source for x86-64 discrete GPUs: nvidia-ctk generates the CDI spec \
 of the node's GPUs (gpu-k8s-nvidia-cdi runs it at boot), nvidia-container-runtime wraps runc \
-and, in CDI mode, adds the devices and driver libraries that spec names to a container, \
-nvidia-cdi-hook does the in-container steps the spec asks for (ldcache, symlinks). CDI mode \
-needs no libnvidia-container. 1.17.8 and later fix CVE-2025-23266."
+and adds to a container the devices and driver libraries of the GPUs it was allocated (mode \
+auto: built from NVML per container, or from that spec for CDI names), ignoring \
+NVIDIA_VISIBLE_DEVICES from unprivileged containers; nvidia-cdi-hook does the in-container \
+steps (ldcache, symlinks). No libnvidia-container needed. 1.17.8 and later fix CVE-2025-23266."
 HOMEPAGE = "https://github.com/NVIDIA/nvidia-container-toolkit"
 LICENSE = "Apache-2.0 & MIT & BSD-2-Clause & BSD-3-Clause & ISC & MPL-2.0"
 LIC_FILES_CHKSUM = " \
@@ -47,10 +48,10 @@ SRC_URI = "git://github.com/NVIDIA/nvidia-container-toolkit.git;protocol=https;b
 "
 SRCREV = "5505e2f94d9aaa08561490db974ba3cd676af209"
 
-inherit go-mod gpu_k8s_nvidia
+inherit go-mod gpu_k8s_nvidia gpu_k8s_platform
 
 GO_IMPORT = "github.com/NVIDIA/nvidia-container-toolkit"
-# CDI mode only: the legacy hook (nvidia-container-runtime-hook) would need libnvidia-container,
+# CDI and jit-CDI modes only: the legacy hook (nvidia-container-runtime-hook) would need libnvidia-container,
 # the installer (nvidia-ctk-installer) is for the GPU Operator's containers.
 GO_INSTALL = " \
     ${GO_IMPORT}/cmd/nvidia-ctk \
@@ -82,6 +83,11 @@ python () {
 do_install:append() {
     install -d ${D}${sysconfdir}/nvidia-container-runtime
     install -m 0644 ${UNPACKDIR}/config.toml ${D}${sysconfdir}/nvidia-container-runtime/config.toml
+    # GPU_K8S_GPU_ISOLATION = "0" (classes/gpu_k8s_platform.bbclass): the toolkit's default back
+    if [ "${GPU_K8S_GPU_ISOLATION}" = "0" ]; then
+        sed -i -e 's/^accept-nvidia-visible-devices-envvar-when-unprivileged = false$/accept-nvidia-visible-devices-envvar-when-unprivileged = true/' \
+            ${D}${sysconfdir}/nvidia-container-runtime/config.toml
+    fi
 }
 
 CONFFILES:${PN} = "${sysconfdir}/nvidia-container-runtime/config.toml"

@@ -30,23 +30,29 @@ RDEPENDS:${PN} = " \
 # The GPU driver itself comes with the machine (packagegroup-machine-base in the image).
 RDEPENDS:${PN}:append:tegra = " \
     ${GPU_K8S_NVIDIA_CONTAINER_PACKAGES} \
+    ${GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE} \
     ${GPU_K8S_CUDA_PACKAGES} \
 "
 RDEPENDS:${PN}:append:qemuall = " gpu-k8s-preload-images"
 
 # x86-64 discrete GPUs (classes/gpu_k8s_nvidia.bbclass): nvidia.ko and the same-version CUDA
-# driver and NVML, the toolkit whose runtime adds them to containers, the unit that writes
-# the CDI spec at boot, and pynvml for the plugin's NVML discovery.
+# driver and NVML, the persistence daemon, the toolkit whose runtime adds them to containers,
+# the unit that writes the CDI spec at boot, and pynvml for the plugin's NVML discovery; Fabric
+# Manager for NVSwitch systems where its archive is pinned (GPU_K8S_NVIDIA_FABRICMANAGER).
 GPU_K8S_NVIDIA_PACKAGES = " \
     gpu-k8s-nvidia-cdi \
     nvidia-container-toolkit \
     nvidia-driver-libcuda \
     nvidia-driver-libnvidia-ml \
+    nvidia-driver-persistenced \
     nvidia-driver-tools \
     nvidia-open-gpu-kernel-modules \
     python3-nvidia-ml-py \
 "
-RDEPENDS:${PN}:append = " ${@d.getVar('GPU_K8S_NVIDIA_PACKAGES') if d.getVar('GPU_K8S_NVIDIA') == '1' else ''}"
+GPU_K8S_NVIDIA_FABRICMANAGER_PACKAGE = "${@'nvidia-fabricmanager' if d.getVar('GPU_K8S_NVIDIA_FABRICMANAGER') == '1' else ''}"
+RDEPENDS:${PN}:append = " ${@d.getVar('GPU_K8S_NVIDIA_PACKAGES') + ' ' + d.getVar('GPU_K8S_NVIDIA_FABRICMANAGER_PACKAGE') if d.getVar('GPU_K8S_NVIDIA') == '1' else ''}"
+# The driver version and Fabric Manager's pins (GPU_K8S_NVIDIA_FABRICMANAGER's default reads them).
+require recipes-graphics/nvidia-driver/nvidia-driver-version.inc
 
 # A/B updates (classes/gpu_k8s_mender.bbclass): node state on the data partition, the
 # update agent (health gate, upgrade command), the hardware watchdog, the images rollout
@@ -75,11 +81,14 @@ GPU_K8S_KERNEL_MODULES ?= " \
 RRECOMMENDS:${PN} = "${GPU_K8S_KERNEL_MODULES}"
 
 # How much of the Jetson CUDA userspace goes in (docs/layer.md). The container runtime mounts
-# into a container only what the host has and its CSV files list; meta-tegra writes one CSV
-# per library package, so a library missing here is missing in every pod that expects the
-# host's (on the Nano every pod; on Orin, JetPack 6/7 containers bring CUDA and need only the
-# driver). The same names on both series; each level includes the ones before it:
-#   level      Nano, L4T R32.7 (CUDA 10.2)          Orin, L4T R39.2 (CUDA 13.2)
+# into a container only host files its CSV files list. L4T R32 (Nano) has one CSV per library
+# package (<package>-container-csv): the host's CUDA libraries are the pods' CUDA. L4T R39
+# (Orin) has one drivers.csv (tegra-configs-container-csv) that lists libcuda but no libcudart
+# or anything under /usr/local/cuda: pods get the driver from the host and must bring the CUDA
+# runtime and libraries themselves (JetPack 7 containers do), so there the default is "driver"
+# and the higher levels serve programs on the host only. The same names on both series; each
+# level includes the ones before it:
+#   level      Nano, L4T R32.7 (CUDA 10.2)          Orin, L4T R39.2 (CUDA 13.2; host only)
 #   driver     tegra-libraries-cuda: libcuda.so.1    the same, for the nvgpu driver
 #   runtime    + cuda-cudart 10.2                    + cuda-cudart 13.2
 #   libraries  + cuBLAS, cuFFT, cuRAND, cuSOLVER,    + the same, cuFile, nvJitLink, nvFatbin,
@@ -87,7 +96,8 @@ RRECOMMENDS:${PN} = "${GPU_K8S_KERNEL_MODULES}"
 #   cudnn      + cuDNN 8                             + cuDNN 9.20
 #   tensorrt   + TensorRT 8                          + TensorRT 10.16 (both: nvinfer, parsers,
 #                                                       plugins; need DISTRO_FEATURES opengl)
-GPU_K8S_CUDA ??= "runtime"
+# Default per SoC: GPU_K8S_DEFAULT_CUDA (classes/gpu_k8s_platform.bbclass).
+GPU_K8S_CUDA ??= "${GPU_K8S_DEFAULT_CUDA}"
 
 def gpu_k8s_cuda_levels():
     # (level, packages it adds), in order: a level brings its own and all earlier ones

@@ -1,8 +1,9 @@
-SUMMARY = "NVIDIA driver userspace (R580, x86-64): CUDA driver, NVML, GSP firmware"
+SUMMARY = "NVIDIA driver userspace (R580, x86-64): CUDA driver, NVML, GSP fw, persistenced"
 DESCRIPTION = "The compute part of NVIDIA's driver, taken unmodified from NVIDIA's .run \
-installer of exactly the version of nvidia-open-gpu-kernel-modules: libcuda with its PTX JIT \
-and NVVM libraries, libnvidia-ml (NVML), the GSP firmware the open kernel modules load, \
-nvidia-smi, nvidia-persistenced and nvidia-modprobe. No OpenGL/Vulkan/X libraries: the node \
+installer of exactly the version of nvidia-open-gpu-kernel-modules: libcuda with its PTX JIT, \
+NVVM and debugger libraries, libnvidia-ml (NVML), the GSP firmware the open kernel modules \
+load, nvidia-smi, nvidia-modprobe, and nvidia-persistenced with libnvidia-cfg and a unit. \
+No OpenGL/Vulkan/X libraries: the node \
 is headless and they would clash with mesa. The licence is NVIDIA's, not open: building needs \
 LICENSE_FLAGS_ACCEPTED += \"nvidia-driver\" (docs/layer.md)."
 HOMEPAGE = "https://www.nvidia.com/en-us/drivers/unix/"
@@ -22,13 +23,17 @@ PV = "${NVIDIA_DRIVER_VERSION}"
 
 NVIDIA_RUN = "NVIDIA-Linux-x86_64-${PV}.run"
 # The installer is a self-extracting shell archive: fetched as is (unpack=0) and extracted below.
-SRC_URI = "https://download.nvidia.com/XFree86/Linux-x86_64/${PV}/${NVIDIA_RUN};unpack=0"
+SRC_URI = "https://download.nvidia.com/XFree86/Linux-x86_64/${PV}/${NVIDIA_RUN};unpack=0 \
+           file://nvidia-persistenced.service \
+"
 SRC_URI[sha256sum] = "${NVIDIA_DRIVER_RUN_SHA256}"
 
 S = "${UNPACKDIR}/NVIDIA-Linux-x86_64-${PV}"
 
 COMPATIBLE_HOST = "x86_64.*-linux"
 COMPATIBLE_HOST:libc-musl = "null"
+
+inherit systemd useradd
 
 # --extract-only unpacks the payload; nothing of the installer runs. First among do_unpack's
 # postfuncs: the S check and the source date stamp read what it extracts.
@@ -48,6 +53,8 @@ NVIDIA_LIBRARIES = " \
     libnvidia-ptxjitcompiler:libnvidia-ptxjitcompiler.so.1 \
     libnvidia-nvvm:libnvidia-nvvm.so.4 \
     libnvidia-gpucomp: \
+    libcudadebugger:libcudadebugger.so.1 \
+    libnvidia-cfg:libnvidia-cfg.so.1 \
 "
 NVIDIA_TOOLS = "nvidia-smi nvidia-persistenced nvidia-debugdump nvidia-cuda-mps-control nvidia-cuda-mps-server"
 
@@ -78,29 +85,49 @@ do_install() {
     # nvidia.ko asks for nvidia/<version>/gsp_*.bin: the same version, or no GPU comes up.
     install -d ${D}${nonarch_base_libdir}/firmware/nvidia/${PV}
     install -m 0644 ${S}/firmware/gsp_*.bin ${D}${nonarch_base_libdir}/firmware/nvidia/${PV}/
+
+    install -d ${D}${systemd_system_unitdir}
+    install -m 0644 ${UNPACKDIR}/nvidia-persistenced.service ${D}${systemd_system_unitdir}/
+    sed -i -e 's#@BINDIR@#${bindir}#g' ${D}${systemd_system_unitdir}/nvidia-persistenced.service
 }
 
-PACKAGES = "${PN}-libcuda ${PN}-libnvidia-ml ${PN}-firmware ${PN}-tools ${PN}"
+PACKAGES = "${PN}-libcuda ${PN}-libnvidia-ml ${PN}-firmware ${PN}-persistenced ${PN}-tools ${PN}"
 FILES:${PN}-libcuda += "${libdir}/libcuda.so* \
     ${libdir}/libnvidia-ptxjitcompiler.so* \
     ${libdir}/libnvidia-nvvm.so* \
     ${libdir}/libnvidia-nvvm70.so* \
     ${libdir}/libnvidia-gpucomp.so* \
+    ${libdir}/libcudadebugger.so* \
 "
 FILES:${PN}-libnvidia-ml += "${libdir}/libnvidia-ml.so*"
 FILES:${PN}-firmware += "${nonarch_base_libdir}/firmware/nvidia/${PV}"
+# nvidia-persistenced dlopens libnvidia-cfg.so.1 at start and exits without it.
+FILES:${PN}-persistenced += "${bindir}/nvidia-persistenced \
+    ${libdir}/libnvidia-cfg.so* \
+    ${systemd_system_unitdir}/nvidia-persistenced.service \
+"
 FILES:${PN}-tools += "${bindir}"
 ALLOW_EMPTY:${PN} = "1"
+
+SYSTEMD_PACKAGES = "${PN}-persistenced"
+SYSTEMD_SERVICE:${PN}-persistenced = "nvidia-persistenced.service"
+SYSTEMD_AUTO_ENABLE:${PN}-persistenced = "enable"
+# The daemon drops to this user after opening the GPUs (--user), as NVIDIA's sample unit does.
+USERADD_PACKAGES = "${PN}-persistenced"
+USERADD_PARAM:${PN}-persistenced = "--system --no-create-home --home-dir /run/nvidia-persistenced \
+    --shell /sbin/nologin --user-group nvidia-persistenced"
 
 # Library packages keep their names (not renamed after a SONAME), so the image checks find them.
 DEBIAN_NOAUTONAME:${PN}-libcuda = "1"
 DEBIAN_NOAUTONAME:${PN}-libnvidia-ml = "1"
+DEBIAN_NOAUTONAME:${PN}-persistenced = "1"
 
 # The driver: kernel side and userspace of one version, and the firmware nvidia.ko loads.
 RDEPENDS:${PN}-libcuda = "${PN}-firmware nvidia-open-gpu-kernel-modules"
 RDEPENDS:${PN}-libnvidia-ml = "${PN}-firmware nvidia-open-gpu-kernel-modules"
 RDEPENDS:${PN}-tools = "${PN}-libnvidia-ml"
-RDEPENDS:${PN} = "${PN}-libcuda ${PN}-libnvidia-ml ${PN}-tools"
+RDEPENDS:${PN}-persistenced = "${PN}-libnvidia-ml"
+RDEPENDS:${PN} = "${PN}-libcuda ${PN}-libnvidia-ml ${PN}-persistenced ${PN}-tools"
 
 # NVIDIA's binaries as shipped: no stripping or debug split (the licence allows no changes),
 # no shlib provides (nothing links them at build time), no checks written for our own builds.
@@ -114,5 +141,7 @@ INSANE_SKIP:${PN}-libcuda = "already-stripped ldflags textrel dev-so"
 INSANE_SKIP:${PN}-libnvidia-ml = "already-stripped ldflags dev-so"
 # nooelint: oelint.vars.insaneskip - NVIDIA's prebuilt programs, which dlopen the libraries above
 INSANE_SKIP:${PN}-tools = "already-stripped ldflags file-rdeps"
+# nooelint: oelint.vars.insaneskip - NVIDIA's prebuilt daemon and the library it dlopens
+INSANE_SKIP:${PN}-persistenced = "already-stripped ldflags file-rdeps dev-so"
 # nooelint: oelint.vars.insaneskip - the GSP firmware images are RISC-V ELF files for the GPU's own processor
 INSANE_SKIP:${PN}-firmware = "arch already-stripped"

@@ -19,7 +19,8 @@ inherit python_setuptools_build_meta systemd gpu_k8s_repo_source
 # skipped, not a parse error, where plugin/ is missing (a copy of the layer alone)
 GPU_K8S_REPO_SOURCE = "plugin"
 
-# The default config differs per machine (files/tegra, files/qemuall); its name is unique
+# The default config differs per machine (files/tegra210 for the Nano, files/tegra for the
+# other Jetsons, files/qemuall); its name is unique
 # because FILESEXTRAPATHS above also searches the repository root.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 

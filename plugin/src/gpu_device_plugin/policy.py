@@ -253,11 +253,15 @@ def cdi_names(gpus: Sequence[Gpu], names: Sequence[str], settings: Settings,
 
 def allocate(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settings: Settings,
              node_exists: Callable[[str], bool] = lambda node: True,
-             toolkit_name: Callable[[Gpu], str | None] | None = None) -> ContainerAllocation:
+             toolkit_name: Callable[[Gpu], str | None] | None = None,
+             fallback: tuple[str, str] = ("envvar", "")) -> ContainerAllocation:
     """The response for one container. Raises AllocationError for bad requests.
 
     `node_exists` says whether a host device node exists now: only those are passed, since a
-    device the runtime cannot find fails the container. `toolkit_name`: see cdi_names."""
+    device the runtime cannot find fails the container. `toolkit_name`: see cdi_names.
+    `fallback`: (strategy, why) for an NVML GPU the toolkit's spec does not name: the hand-over
+    the nvidia runtime resolves without a spec under its configuration (toolkit_config), or
+    ("", why none does), which refuses the allocation with that reason."""
     validate_request(ids, devices, settings)
     gpus = _physical(ids, devices)
     names = [runtime_id(g, settings.device_id_strategy) for g in gpus]
@@ -265,8 +269,11 @@ def allocate(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settin
     result = ContainerAllocation()
     qualified = cdi_names(gpus, names, settings, toolkit_name) if any(s.startswith("cdi-") for s in strategies) else []
     if qualified is None:
-        # an NVML GPU the toolkit's spec does not name: the nvidia runtime's envvar still works
-        strategies = tuple(dict.fromkeys(["envvar", *(s for s in strategies if not s.startswith("cdi-"))]))
+        strategy, why = fallback
+        if not strategy:
+            # a container started without its GPU would look healthy and fail later: refuse at admission
+            raise AllocationError(why or "a GPU is not in the NVIDIA Container Toolkit's CDI spec")
+        strategies = tuple(dict.fromkeys([strategy, *(s for s in strategies if not s.startswith("cdi-"))]))
         qualified = []
     if "cdi-cri" in strategies:
         result.cdi_devices.extend(qualified)

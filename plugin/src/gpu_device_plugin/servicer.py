@@ -145,7 +145,9 @@ class DevicePluginServicer:
             return host_path_exists(root, node)
 
         toolkit_name = toolkit_cdi.namer(settings)  # None unless a cdi-* strategy is on
-        allocations = [policy.allocate(c.devices_ids, devices, settings, node_exists, toolkit_name)
+        allocations = [policy.allocate(c.devices_ids, devices, settings, node_exists, toolkit_name,
+                                       toolkit_cdi.fallback(settings, c.devices_ids) if toolkit_name
+                                       else ("envvar", ""))
                        for c in request.container_requests]
         response = wire.AllocateResponse()
         for creq, alloc in zip(request.container_requests, allocations, strict=True):

@@ -7,7 +7,10 @@ for Jetsons whose toolkit generated a CSV-mode spec, Allocate names the toolkit'
 
 A spec can be absent (the boot unit has not run yet, no toolkit) or stale (made for another
 driver version or before the GPUs changed): then a GPU is not "covered" and the caller falls
-back (envvar for NVML GPUs, our own spec for Jetsons) after saying why in one line.
+back after saying why in one line: a Jetson to our own spec; an NVML GPU to the hand-over the
+nvidia runtime resolves without a spec under its configuration (toolkit_config: volume mounts
+or NVIDIA_VISIBLE_DEVICES in mode auto), and when there is none (mode cdi) Allocate refuses
+with the reason rather than start a container without its GPU.
 """
 
 import glob
@@ -18,6 +21,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from . import toolkit_config
 from .cdi import NVML_GPU_NODE, cdi_enabled, spec_path
 from .cdi_names import TOOLKIT_KIND, jetson_toolkit_name
 from .model import Gpu
@@ -204,6 +208,8 @@ class ToolkitSpecs:
         self._specs: list[ToolkitSpec] = []
         self._files: list[str] = []
         self._told: set[str] = set()
+        self._config_key: tuple[Any, ...] | None = None
+        self._config = toolkit_config.RuntimeConfig()
 
     def _stamp(self) -> tuple[Any, ...]:
         stamps: list[Any] = []
@@ -232,6 +238,24 @@ class ToolkitSpecs:
                 self._key = fresh
             return self._specs
 
+    def runtime_config(self) -> toolkit_config.RuntimeConfig:
+        """The nvidia runtime's configuration under the root, read again only when the file changes."""
+        path = os.path.join(self.root, toolkit_config.CONFIG.lstrip("/"))
+        try:
+            stat = os.stat(path)
+            key: tuple[Any, ...] = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        except OSError:
+            key = ()
+        with self._lock:
+            if key != self._config_key:
+                self._config = toolkit_config.read(self.root)
+                self._config_key = key
+            return self._config
+
+    def handover(self) -> toolkit_config.Handover:
+        """How an NVML GPU the spec does not name reaches a container (or why nothing does)."""
+        return toolkit_config.unnamed_gpu_handover(self.runtime_config())
+
     def namer(self, id_strategy: str) -> Callable[[Gpu], str | None]:
         """For Allocate: a GPU's qualified toolkit name, or None (said once per reason in the log)."""
         specs = self.specs()
@@ -246,19 +270,35 @@ class ToolkitSpecs:
         return name
 
     def tell(self, gpu: Gpu, problem: str) -> None:
+        handover = self.handover() if gpu.backend == "nvml" else None
+        told = gpu.id + problem + (handover.strategy if handover else "")
         with self._lock:
-            if (gpu.id + problem) in self._told:
+            if told in self._told:
                 return
-            self._told.add(gpu.id + problem)
+            self._told.add(told)
         # a Jetson without the toolkit's spec is served by ours as designed (the Nano has no other);
         # an NVML GPU without it loses CDI, which someone set up on purpose
-        log.log(logging.ERROR if gpu.backend == "nvml" else logging.INFO, "%s", fallback_message(gpu, problem))
+        level = logging.ERROR if gpu.backend == "nvml" else logging.INFO
+        log.log(level, "%s", fallback_message(gpu, problem, handover))
 
 
-def fallback_message(gpu: Gpu, problem: str) -> str:
-    how = ("its containers get it through NVIDIA_VISIBLE_DEVICES (the nvidia runtime must be the default)"
-           if gpu.backend == "nvml" else "its containers get the plugin's own spec (device nodes and CSV files)")
+def fallback_message(gpu: Gpu, problem: str, handover: toolkit_config.Handover | None = None) -> str:
+    """One line: why the GPU is not in the toolkit's spec and what its containers get instead."""
+    if gpu.backend != "nvml":
+        how = "its containers get the plugin's own spec (device nodes and CSV files)"
+    elif handover is None or handover.strategy:
+        strategy = handover.strategy if handover else "envvar"
+        why = f" ({handover.why})" if handover else ""
+        how = f"its containers get it through the {strategy} hand-over instead{why}"
+    else:
+        how = f"containers asking for it are refused at admission: {handover.why}"
     return (f"CDI: GPU {gpu.index} ({gpu.id}) is not in the NVIDIA Container Toolkit's spec: {problem}; {how}; "
+            f"regenerate the spec: {REGENERATE}")
+
+
+def refusal(gpu_ids: Sequence[str], handover: toolkit_config.Handover) -> str:
+    """Allocate's error when no hand-over reaches an unnamed GPU (the kubelet shows it on the pod)."""
+    return (f"GPU {', '.join(gpu_ids)} is not in the NVIDIA Container Toolkit's CDI spec and {handover.why}; "
             f"regenerate the spec: {REGENERATE}")
 
 
@@ -284,6 +324,15 @@ def namer(settings: Settings) -> Callable[[Gpu], str | None] | None:
     if not cdi_enabled(settings):
         return None
     return for_host(settings.host_root, own_spec(settings)).namer(settings.device_id_strategy)
+
+
+def fallback(settings: Settings, gpu_ids: Sequence[str] = ()) -> tuple[str, str]:
+    """policy.allocate's `fallback` for this host: the strategy the runtime resolves without a spec, or
+    ("", the refusal naming the GPUs)."""
+    if not cdi_enabled(settings):
+        return ("envvar", "")  # unused: no cdi-* strategy, nothing to fall back from
+    handover = for_host(settings.host_root, own_spec(settings)).handover()
+    return (handover.strategy, "" if handover.strategy else refusal(gpu_ids or ("(requested)",), handover))
 
 
 def report(gpus: Sequence[Gpu], settings: Settings) -> Coverage:

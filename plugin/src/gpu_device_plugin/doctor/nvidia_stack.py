@@ -1,5 +1,6 @@
 """Checks for NVIDIA's stack: a discrete GPU's driver (loaded, kernel and userspace of one version), the
-NVIDIA Container Toolkit's CDI spec (present, naming every GPU, made after the driver loaded) and,
+NVIDIA Container Toolkit's CDI spec (present, naming every GPU, made after the driver loaded), the
+data-centre services (Fabric Manager where an NVSwitch is, the persistence daemon, MIG nodes) and,
 on Orin, the toolkit's configuration (mode, CSV alternate roots)."""
 
 from __future__ import annotations
@@ -114,11 +115,13 @@ def check_cdi(settings: Settings, gpu_kind: str | None, gpus: Sequence[Gpu]) -> 
 
 
 def evaluate_jetson_toolkit(gpu_kind: str | None, l4t: str, config: str | None, dangling: bool,
-                            missing_roots: Sequence[str], has_spec: bool) -> Check:
+                            missing_roots: Sequence[str], has_spec: bool, chip: str = "") -> Check:
     """Orin's NVIDIA Container Toolkit (1.19 on meta-tegra wrynose): its config, mode and CSV alternate roots.
 
     `config`: config.toml's text (None when absent); `dangling`: it is a link whose target is gone
-    (meta-tegra links it to /run, written at boot by nvidia-container-setup.service)."""
+    (meta-tegra links it to /run, written at boot by nvidia-container-setup.service). An Orin
+    (T234, nvgpu) must run in mode csv: "auto" picks csv only while NVML is absent or names an
+    "(nvgpu)" GPU (toolkit internal/info/auto.go), and meta-tegra installs NVML."""
     name = "NVIDIA container toolkit"
     if gpu_kind != "tegra":
         return Check(name, SKIP, "only a Jetson's toolkit is checked here (x86: see the driver and CDI checks)")
@@ -139,6 +142,11 @@ def evaluate_jetson_toolkit(gpu_kind: str | None, l4t: str, config: str | None, 
     if mode not in ("auto", "csv", "cdi"):
         return Check(name, WARN, f"mode is {mode}: on a Jetson the toolkit injects the GPU in csv mode (auto picks it)",
                      f'set mode = "auto" in {RUNTIME_CONFIG}')
+    if chip == "T234" and mode == "auto":
+        return Check(name, WARN, "mode is auto: the runtime takes csv mode only while NVML is absent or names an "
+                     "(nvgpu) GPU; if NVML answers otherwise GPU pods fail to start",
+                     "pin mode = \"csv\" after the setup unit (the image's gpu-k8s-nvidia-runtime-config drop-in "
+                     "does), then restart docker")
     if missing_roots:
         return Check(name, WARN, f"CSV alternate root(s) {short_list(list(missing_roots))} do not exist: their "
                      "libraries are taken from the rootfs instead", "install tegra-container-passthrough")
@@ -155,4 +163,55 @@ def check_jetson_toolkit(settings: Settings, gpu_kind: str | None, gpus: Sequenc
     missing = [r for r in roots if not os.path.isdir(host_path(settings, r))]
     has_spec = bool(toolkit_cdi.read_specs(settings.host_root, skip=(toolkit_cdi.own_spec(settings),),
                                            warn=lambda _: None))
-    return evaluate_jetson_toolkit(gpu_kind, l4t, read_text(path), dangling, missing, has_spec)
+    chip = next((g.properties.get("chip", "") for g in gpus if g.backend == "tegra"), "")
+    return evaluate_jetson_toolkit(gpu_kind, l4t, read_text(path), dangling, missing, has_spec, chip)
+
+
+# ---------------------------------------------------------------- data-centre GPUs
+
+NVSWITCH_DEVICES = "/proc/driver/nvidia-nvswitch/devices"
+MIG_CAPS = "/dev/nvidia-caps"
+# /proc/<pid>/comm holds at most 15 characters
+FABRICMANAGER_COMM = "nv-fabricmanage"
+PERSISTENCED_COMM = "nvidia-persiste"
+
+
+def running_programs(settings: Settings) -> set[str]:
+    """The `comm` of every process under the host root's /proc."""
+    names = set()
+    for path in glob.glob(host_path(settings, "/proc/[0-9]*/comm")):
+        text = read_text(path)
+        if text:
+            names.add(text.strip())
+    return names
+
+
+def evaluate_datacentre(gpu_kind: str | None, gpus: Sequence[Gpu], nvswitches: Sequence[str],
+                        programs: set[str], has_cfg_library: bool, has_mig_caps: bool) -> Check:
+    """Fabric Manager where an NVSwitch is, the persistence daemon, MIG capability nodes."""
+    name = "NVIDIA data-centre services"
+    if gpu_kind != "nvml":
+        return Check(name, SKIP, "no discrete GPU discovered")
+    if nvswitches and FABRICMANAGER_COMM not in programs:
+        return Check(name, FAIL, f"{len(nvswitches)} NVSwitch(es) ({short_list(list(nvswitches))}) but Fabric Manager "
+                     "is not running: CUDA fails with \"system not yet initialized\" (802) on every GPU",
+                     "systemctl status nvidia-fabricmanager; an image without it needs Fabric Manager of the "
+                     "driver's version pinned (docs/layer.md, \"Data-centre GPUs\")")
+    if PERSISTENCED_COMM not in programs:
+        why = ("" if has_cfg_library else f"; libnvidia-cfg.so.1, which it loads at start, is not in "
+               f"{', '.join(LIBRARY_DIRS)}")
+        return Check(name, WARN, "nvidia-persistenced is not running: a GPU with no client is set up again (GSP boot) "
+                     f"for every CUDA container{why}", "systemctl status nvidia-persistenced")
+    if any(g.mig_enabled for g in gpus if g.backend == "nvml") and not has_mig_caps:
+        return Check(name, WARN, f"a GPU has MIG enabled but {MIG_CAPS} does not exist: MIG devices' containers "
+                     "lack their capability nodes",
+                     "nvidia-modprobe -f /proc/driver/nvidia/capabilities/mig/config (the CDI unit does this at boot)")
+    fabric = f"Fabric Manager running for {len(nvswitches)} NVSwitch(es)" if nvswitches else "no NVSwitch"
+    return Check(name, PASS, f"nvidia-persistenced running; {fabric}")
+
+
+def check_datacentre(settings: Settings, gpu_kind: str | None, gpus: Sequence[Gpu]) -> Check:
+    nvswitches = sorted(os.path.basename(p) for p in glob.glob(host_path(settings, NVSWITCH_DEVICES + "/*")))
+    has_cfg = any(glob.glob(host_path(settings, f"{d}/libnvidia-cfg.so.1")) for d in LIBRARY_DIRS)
+    return evaluate_datacentre(gpu_kind, gpus, nvswitches, running_programs(settings) if gpu_kind == "nvml" else set(),
+                               has_cfg, os.path.isdir(host_path(settings, MIG_CAPS)))

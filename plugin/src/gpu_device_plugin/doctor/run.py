@@ -14,10 +14,10 @@ from .gpu import Discovered, device_node_problems, discover, evaluate_device_nod
 from .host import read_text
 from .k3s import K3sConfig, evaluate_k3s, read_k3s_config
 from .kubelet import CHECKPOINT_NAME, evaluate_checkpoint, evaluate_kubelet_socket, evaluate_plugin_socket, probe_socket
-from .nvidia_stack import check_cdi, check_driver, check_jetson_toolkit
+from .nvidia_stack import check_cdi, check_datacentre, check_driver, check_jetson_toolkit
 from .openrm import check_openrm_driver
 from .report import WARN, Check
-from .runtime import check_container_runtime
+from .runtime import check_container_runtime, check_isolation
 
 
 def crashed(name: str, exc: Exception) -> Check:
@@ -75,9 +75,12 @@ def run_checks(settings: Settings) -> list[Check]:
         k3s = K3sConfig()
         checks.append(crashed("k3s config", exc))
     checks.append(guard("container runtime", lambda: check_container_runtime(settings, k3s, gpu_kind)))
+    l4t = next((g.properties.get("l4t", "") for g in found.gpus if g.backend == "tegra"), "")
+    checks.append(guard("GPU isolation", lambda: check_isolation(settings, gpu_kind, l4t)))
     checks.append(guard("runtime CSV files", lambda: evaluate_csv(gpu_kind, read_csv_files(settings), csv_nodes)))
     checks.append(guard("NVIDIA driver", lambda: check_openrm_driver(settings) if openrm
                         else check_driver(settings, gpu_kind)))
     checks.append(guard("NVIDIA CDI spec", lambda: check_cdi(settings, gpu_kind, found.gpus)))
+    checks.append(guard("NVIDIA data-centre services", lambda: check_datacentre(settings, gpu_kind, found.gpus)))
     checks.append(guard("NVIDIA container toolkit", lambda: check_jetson_toolkit(settings, gpu_kind, found.gpus)))
     return checks
