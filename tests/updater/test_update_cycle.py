@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -341,3 +342,18 @@ def test_the_release_version_before_the_command_is_refused_not_mistaken(board: B
     assert board.mender_calls("install") == 0
     own = run_agent(env, "--version")
     assert own.returncode == 0 and own.stdout.startswith("gpu-k8s-update ")
+
+
+def test_an_update_committed_before_the_gate_judged_it_fails_the_job(
+        either_board: Board, kubelet: HealthServer) -> None:
+    """Someone ran `mender-update commit` on the new slot before the gate did."""
+    board = either_board
+    installed_and_rebooted(board, kubelet)
+    commit = subprocess.run([str(board.bin / "mender-update"), "commit"], capture_output=True, text=True, check=False)
+    assert commit.returncode == 0 and not board.pending
+    result = gate(board, kubelet)
+    assert result.returncode == 0 and "committed, but not by this gate" in result.stderr, describe(result)
+    assert board.gate_result()["outcome"] == "committed-elsewhere"
+    job = upgrade(board, kubelet)
+    assert job.returncode == 7 and "never passed it" in job.stderr, describe(job)
+    assert upgrade(board, kubelet).returncode == 7, "re-running keeps the rollout stopped"
