@@ -127,7 +127,8 @@ def _report_rollback(node: Node, version: str, reason: str) -> int:
     if gate.get("version") and decide.version_matches(str(gate["version"]), version):
         reason += f"; the gate said: {gate.get('reason', '?')} ({gate.get('time', '?')})"
     else:
-        reason += "; no gate verdict was recorded: the new slot most likely did not boot (watchdog/boot counter)"
+        reason += ("; no gate verdict was recorded: the new slot most likely never came up (the watchdog and the "
+                   "boot counter returned to the old slot, or the boot firmware did not switch to it)")
     try:
         split = node.ab.pending().slot_problem
     except SystemStateError as error:
