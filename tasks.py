@@ -13,7 +13,7 @@ from tools import build as build_module
 from tools import check_image as check_image_module
 from tools import console
 from tools import flash as flash_module
-from tools import flash_orin as flash_orin_module
+from tools import flash_targets as flash_targets_module
 from tools import lint as lint_module
 from tools import provision as provision_module
 from tools import release as release_module
@@ -21,10 +21,23 @@ from tools import rollout as rollout_module
 from tools import smoke_test as smoke_module
 from tools import suite as suite_module
 from tools.paths import BUILD_ROOT
+from tools.usage import exit_status
 
 
 def _optional_path(value: str | None) -> Path | None:
     return Path(value).expanduser() if value else None
+
+
+def _refuse(failure: Exception) -> Exit:
+    """A task's error in one line; exit status 2 for a usage error, 1 for a refusal (tools/usage.py)."""
+    console.error(str(failure))
+    return Exit(code=exit_status(failure))
+
+
+def _default_roles() -> str:
+    """Which role each machine's image takes unless --role says otherwise."""
+    agents = [name for name, target in build_module.MACHINES.items() if target.default_role == "agent"]
+    return f"{', '.join(agents)}: agent; every other machine: server"
 
 
 def _whole_number(flag: str, value: str | int, minimum: int = 0) -> int:
@@ -40,6 +53,12 @@ def _whole_number(flag: str, value: str | int, minimum: int = 0) -> int:
     return number
 
 
+ROLE_HELP = (
+    f"k3s role of the image: server or agent (default: the machine's; {_default_roles()}); the other role "
+    "is built in build/MACHINE-ROLE with its own Mender device type (MACHINE-ROLE), so both can be released "
+    "to one fleet"
+)
+
 ACCEPT_NVIDIA_LICENCE_HELP = (
     f"accept NVIDIA's driver licence for this run (adds {build_module.NVIDIA_LICENCE_INCLUDE}); the x86-64 "
     "image carries the driver and stops at parse time without it. Read the licence first (docs/layer.md)"
@@ -49,10 +68,11 @@ ACCEPT_NVIDIA_LICENCE_HELP = (
 @task(
     auto_shortflags=False,
     help={
-        "machine": f"what to build for: {', '.join(build_module.MACHINES)} "
-        f"(default {build_module.DEFAULT_MACHINE})",
+        "machine": f"what to build for, with the k3s role its image takes unless --role says otherwise: "
+        f"{build_module.machine_choices()}. Default {build_module.DEFAULT_MACHINE}",
         "target": "image recipe to build (default: gpu-k8s-image-dev for qemu, gpu-k8s-image otherwise)",
-        "build-dir": "kas work dir for this machine (default build/<machine>; env KAS_WORK_DIR)",
+        "build-dir": "kas work dir for this machine (default build/MACHINE, or build/MACHINE-ROLE for the role "
+        "that is not the machine's default; env KAS_WORK_DIR; GPU_K8S_BUILD_ROOT moves build/ as a whole)",
         "dl-dir": "bitbake download cache, shareable between builds (default build/downloads; env DL_DIR)",
         "sstate-dir": "shared-state cache (default build/sstate-cache; env SSTATE_DIR)",
         "sstate-mirrors": "SSTATE_MIRRORS value, e.g. 'file://.* https://host/sstate/PATH' "
@@ -65,6 +85,7 @@ ACCEPT_NVIDIA_LICENCE_HELP = (
         "dry-run": "check the host and print the exact commands without running them",
         "verbose": "stream every line of kas/bitbake output instead of a progress line",
         "accept-nvidia-licence": ACCEPT_NVIDIA_LICENCE_HELP,
+        "role": ROLE_HELP,
     }
 )
 def build(
@@ -82,12 +103,17 @@ def build(
     dry_run: bool = False,
     verbose: bool = False,
     accept_nvidia_licence: bool = False,
+    role: str | None = None,
 ) -> None:
     """Build an OS image with kas (default: the QEMU image the smoke test boots).
 
-    Checks the host first (free disk, host tools, not root, locale) and refuses with the
-    reason and the fix. Downloads and sstate are shared between machines under build/.
-    Ends with the artifacts in the deploy directory, with their sizes."""
+    Checks the host first (free disk, host tools, not root, locale, update-signing keys, the
+    NVIDIA licence where the image carries the driver) and refuses with the reason and the
+    fix; --dry-run shows the same and exits 1 when a real build would stop. Each machine and
+    role has its own kas work dir under build/ (build/MACHINE for its default role,
+    build/MACHINE-ROLE for the other), where ./task flash and ./task release find the image;
+    downloads and sstate are shared. Ends with the artifacts in the deploy directory, with
+    their sizes, and the image's manifest checked."""
     if threads is not None:
         _whole_number("threads", threads, minimum=1)
     settings = {
@@ -108,12 +134,12 @@ def build(
         dry_run=dry_run,
         verbose=verbose,
         accept_nvidia_licence=accept_nvidia_licence,
+        role=role,
     )
     try:
         build_module.run_build(options)
     except build_module.BuildError as failure:
-        console.error(str(failure))
-        raise Exit(code=1) from None
+        raise _refuse(failure) from None
 
 
 @task(
@@ -126,6 +152,7 @@ def build(
         "build-dir": "kas work dir (default: the one ./task build uses for the machine; env KAS_WORK_DIR)",
         "verbose": "stream kas/bitbake output instead of a progress line",
         "accept-nvidia-licence": ACCEPT_NVIDIA_LICENCE_HELP,
+        "role": ROLE_HELP + "; the check then asks for that role's k3s unit",
     }
 )
 def check_image(
@@ -136,6 +163,7 @@ def check_image(
     build_dir: str | None = None,
     verbose: bool = False,
     accept_nvidia_licence: bool = False,
+    role: str | None = None,
 ) -> None:
     """Check what an image will contain, from bitbake's parse data, in minutes instead of a build.
 
@@ -147,15 +175,15 @@ def check_image(
     what is missing and why it matters; exit status 1 when something is."""
     options = check_image_module.CheckImageOptions(
         machine=machine, kas_file=kas, target=target, build_dir=_optional_path(build_dir), verbose=verbose,
-        accept_nvidia_licence=accept_nvidia_licence,
+        accept_nvidia_licence=accept_nvidia_licence, role=role,
     )
     try:
         if not kas:
             build_module.machine_target(machine)
+        build_module.checked_role(role)
         findings = check_image_module.run_check_image(options)
     except (check_image_module.CheckImageError, build_module.BuildError) as failure:
-        console.error(str(failure))
-        raise Exit(code=1) from None
+        raise _refuse(failure) from None
     if any(not finding.ok for finding in findings):
         raise Exit(code=1)
 
@@ -163,23 +191,30 @@ def check_image(
 @task(
     auto_shortflags=False,
     help={
-        "machine": f"which board: {', '.join(flash_orin_module.flashable_machines())} (default jetson-nano)",
+        "machine": f"which board: {', '.join(flash_targets_module.flashable_machines())} (default jetson-nano)",
         "method": "Nano: full (doflash.sh over USB), spi-only (QSPI firmware of SD devkits), sdcard (dosdcard.sh "
         "makes an SD image, written to --device when given). Orin: full (initrd-flash over USB: QSPI and "
-        "NVMe/SD), spi-only, external-only, sdcard or external (dosdcard.sh/doexternal.sh write --device)",
-        "image": f"image recipe whose tegraflash package to use (default {flash_module.NANO.default_image})",
-        "build-dir": "kas build dir of the machine's build (default build/MACHINE/build)",
+        "NVMe/SD), spi-only, external-only, sdcard or external (dosdcard.sh/doexternal.sh write --device). "
+        "x86-64: leave it out (the A/B disk image goes to --device)",
+        "image": f"image recipe whose package or disk image to use (default {flash_module.NANO.default_image})",
+        "build-dir": "the machine's build, as given to ./task build --build-dir (default build/MACHINE, "
+        "build/MACHINE-ROLE for a --role that is not the machine's default)",
         "package": "a tegraflash package (.tegraflash.tar.gz; Orin: .tegraflash-tar.zst) instead of the build's",
-        "sd-image": "write this SD card image (.sdcard/.wic/.img) to --device with bmaptool; no tegraflash",
-        "device": "SD card to write, e.g. /dev/sdX (shown with model, size and partitions first)",
-        "force-device": "write to this device even if the safety checks object; must equal --device",
+        "sd-image": "write this SD card or disk image (.sdcard, .uefiimg) to --device with bmaptool; no tegraflash",
+        "device": "the whole disk to write, e.g. /dev/sdX or /dev/disk/by-id/usb-...: an SD card, the Orin's NVMe "
+        "drive in a USB adapter, an x86-64 node's drive (shown with model, size and partitions first)",
+        "force-device": "write this device although it is not removable (an internal drive); must equal --device. "
+        "Nothing lifts the other refusals: this host's own disk, a mounted or swap device, a read-only or too "
+        "small one",
         "yes": "do not ask to type the device path (only for a device that passes every check)",
         "output": "where to keep the SD image dosdcard.sh makes (default: beside the tegraflash package)",
         "dry-run": "check everything and print every command; write nothing",
         "server-url": "provisioning: the k3s server this node joins, https://HOST:6443 (with --token-file)",
         "token-file": "provisioning: a file holding the join token (the server's "
         "/var/lib/rancher/k3s/server/node-token)",
-        "role": "provisioning: server or agent; refused when the image was built as the other",
+        "role": "server or agent: flash the image ./task build --role made for it and write the role into the "
+        "provisioning (an agent needs --server-url and --token-file); refused when the image was built as the "
+        "other. Without it: the one role's image that was built",
         "label": "provisioning: a node label KEY=VALUE (repeat for more)",
     },
     iterable=["label"],
@@ -202,16 +237,17 @@ def flash(
     role: str | None = None,
     label: list[str] | None = None,
 ) -> None:
-    """Flash a Jetson Nano or Orin in USB recovery mode, or write its SD card or NVMe drive.
+    """Flash a Jetson in USB recovery mode, or write an SD card, NVMe drive or x86-64 disk.
 
     Finds the board by its USB id in recovery mode (Nano 0955:7f21, Orin Nano 0955:7523, AGX
     Orin 0955:7023), unpacks the tegraflash package from the build and runs meta-tegra's
     scripts (Nano: doflash.sh / dosdcard.sh; Orin: initrd-flash / dosdcard.sh / doexternal.sh),
-    or writes an SD image with bmaptool. Never writes a disk that is mounted, holds / or
-    /boot, is not removable or is too small, unless you name it with --force-device. With
+    or writes an SD image or the x86-64 A/B disk image (.uefiimg) with bmaptool. Never writes
+    this host's own disk, a mounted or swap device, or one too small, with or without flags; a
+    disk that is not removable only when you confirm it or name it with --force-device. With
     --server-url/--token-file/--role/--label the node's k3s provisioning is written onto its
-    data partition (A/B images: the Nano), so it joins its cluster on first boot and keeps
-    that through every update."""
+    data partition (every A/B image: Nano, Orin, x86-64), so it joins its cluster on first boot
+    and keeps that through every update."""
     options = flash_module.FlashOptions(
         method=method,
         image=image,
@@ -228,10 +264,9 @@ def flash(
             server_url=server_url, token_file=_optional_path(token_file), role=role, labels=tuple(label or ())),
     )
     try:
-        lines = flash_orin_module.flash_machine(machine, options)
+        lines = flash_targets_module.flash_machine(machine, options)
     except flash_module.FlashError as failure:
-        console.error(str(failure))
-        raise Exit(code=1) from None
+        raise _refuse(failure) from None
     rows = [[line] for line in lines] or [["(dry run: nothing written)"]]
     console.summary("flash summary", ["result"], rows)
 
@@ -316,8 +351,7 @@ def smoke_test(
     try:
         smoke_module.run_smoke_test(options)
     except (smoke_module.SmokeTestError, smoke_module.qemu.QemuError) as failure:
-        console.error(str(failure))
-        raise Exit(code=1) from None
+        raise _refuse(failure) from None
     except KeyboardInterrupt:
         console.error("interrupted; QEMU was stopped")
         raise Exit(code=130) from None
@@ -326,12 +360,13 @@ def smoke_test(
 @task(
     auto_shortflags=False,
     help={
-        "kas": "release what this kas file's build made, e.g. kas/jetson-nano.yml (default: every machine "
-        "that has artifacts)",
-        "build-dir": "kas work dir of that build (default build/<machine>; with --kas)",
+        "kas": "release what this kas file's builds made (both roles), e.g. kas/jetson-nano.yml (default: every "
+        "machine and role that has artifacts)",
+        "build-dir": "kas work dir of that build (default build/<machine> and build/<machine>-<role>; with --kas)",
         "deploy-dir": "take the artifacts from this directory instead (a copied deploy dir)",
         "output": "where the release goes (default build/release/<version>)",
-        "verify-key": "public key: also verify each signature with mender-artifact (must be on PATH)",
+        "verify-key": "public key: also verify each signature with mender-artifact (on PATH: apt-get install "
+        "mender-artifact; else the one an A/B build made, under build/*/build/tmp/sysroots-components)",
     },
 )
 def release(
@@ -342,11 +377,13 @@ def release(
     output: str | None = None,
     verify_key: str | None = None,
 ) -> None:
-    """Collect a build's signed .mender artifacts into one directory to serve to the fleet.
+    """Collect the builds' signed .mender artifacts into one directory to serve to the fleet.
 
     Copies each artifact, writes its sha256 (and SHA256SUMS) and release.json (version,
-    machine, L4T version on Jetson, k3s version, artifact name). Refuses unsigned or corrupt
-    artifacts and says so when nothing was built."""
+    machine, device types, payload type, k3s role, L4T version on Jetson, k3s version,
+    artifact name). Refuses unsigned or corrupt artifacts, one of the other Mender scheme
+    (an Orin takes tegra-rootfs-image, the others rootfs-image), and two for one device type;
+    says so when nothing was built. Ends with the rollout command for every device type."""
     options = release_module.ReleaseOptions(
         kas=kas,
         build_dir=_optional_path(build_dir),
@@ -357,8 +394,7 @@ def release(
     try:
         release_module.run_release(options)
     except release_module.ReleaseError as failure:
-        console.error(str(failure))
-        raise Exit(code=1) from None
+        raise _refuse(failure) from None
 
 
 @task(
@@ -411,8 +447,7 @@ def rollout(
         )
         rollout_module.run_rollout(options)
     except rollout_module.RolloutError as failure:
-        console.error(str(failure))
-        raise Exit(code=1) from None
+        raise _refuse(failure) from None
     except KeyboardInterrupt:
         console.error("stopped following; the Plans stay applied and the rollout goes on in the cluster")
         raise Exit(code=130) from None

@@ -1,6 +1,6 @@
 """The plugin against a Go reference plugin, both called as the kubelet calls them.
 
-Run (after bench/go/build.sh; see the README's "Benchmark" paragraph):
+Run (after bench/go/build.sh; bench/README.md has the figures and how to read them):
     .venvs/plugin-oldest/bin/python bench/kubelet_bench.py [--rounds 3] [--idle-seconds 60]
 
 The client is bench/go/kubelet-client: grpc-go, generated v1beta1 stubs, the device
@@ -58,8 +58,10 @@ class Sample:
     target: str
     start_ms: float
     start_cpu_ms: float  # CPU the process used up to just after registering: what load cannot inflate
+    first_us: float  # the first admission after registration (cold paths, first use of the connection)
     p50_us: float
     p99_us: float
+    cpu_us: float  # the plugin's CPU per admission, every thread: what load cannot inflate
     rss_mib: float
     pss_mib: float
     idle_cpu_pct: float
@@ -106,8 +108,10 @@ def admission_figures(event: dict) -> tuple[float, float]:
 FIGURES = (  # attribute, heading, format; lower is better for all of them
     ("start_ms", "start->registered ms", "{:.0f}"),
     ("start_cpu_ms", "start CPU ms", "{:.0f}"),
+    ("first_us", "first admission us", "{:.0f}"),
     ("p50_us", "admission p50 us", "{:.0f}"),
     ("p99_us", "admission p99 us", "{:.0f}"),
+    ("cpu_us", "CPU us per admission", "{:.0f}"),
     ("rss_mib", "RSS MiB", "{:.1f}"),
     ("pss_mib", "PSS MiB", "{:.1f}"),
     ("idle_cpu_pct", "idle CPU %", "{:.3f}"),
@@ -242,7 +246,10 @@ def measure(target: Target, client_binary: Path, args: argparse.Namespace) -> Sa
         registered = client.wait("registered", 30)
         start_cpu_ms = cpu_ms_precise(proc.pid)
         start_ms = (registered["unix_ns"] - started) / 1e6
+        first = client.admit(0, 1)["ns"][0] / 1000
+        cpu_before = cpu_ms_precise(proc.pid)
         event = client.admit(args.warmup, args.admissions)
+        cpu_us = (cpu_ms_precise(proc.pid) - cpu_before) * 1000 / (args.warmup + args.admissions)
         p50, p99 = admission_figures(event)
         time.sleep(args.settle_seconds)  # let the admissions' garbage settle before reading memory
         rss, pss = memory_mib(proc.pid)
@@ -252,7 +259,8 @@ def measure(target: Target, client_binary: Path, args: argparse.Namespace) -> Sa
         cpu0, t0 = cpu_ms_precise(proc.pid), time.monotonic()
         time.sleep(args.idle_seconds)
         idle = (cpu_ms_precise(proc.pid) - cpu0) / 1000 / (time.monotonic() - t0) * 100
-        return Sample(target.name, start_ms, start_cpu_ms, p50, p99, rss, pss, idle, os.getloadavg()[0], libraries)
+        return Sample(target.name, start_ms, start_cpu_ms, first, p50, p99, cpu_us, rss, pss, idle,
+                      os.getloadavg()[0], libraries)
     finally:
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -330,7 +338,7 @@ def python_stack(python: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="fresh starts of every target (medians over them)")
-    parser.add_argument("--admissions", type=int, default=2000, help="timed admissions per target and round")
+    parser.add_argument("--admissions", type=int, default=1000, help="timed admissions per target and round")
     parser.add_argument("--warmup", type=int, default=200, help="untimed admissions first (connection, caches)")
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="idle CPU window per target and round")
     parser.add_argument("--settle-seconds", type=float, default=2.0, help="pause before reading memory")
@@ -373,8 +381,9 @@ def run(args: argparse.Namespace) -> int:
                 sample = measure(target, client, args)
                 samples.append(sample)
                 print(f"round {round_number} {target.name}: start {sample.start_ms:.0f} ms "
-                      f"({sample.start_cpu_ms:.0f} ms CPU), admission p50 "
-                      f"{sample.p50_us:.0f} us p99 {sample.p99_us:.0f} us, RSS {sample.rss_mib:.1f} MiB "
+                      f"({sample.start_cpu_ms:.0f} ms CPU), first admission {sample.first_us:.0f} us, admission p50 "
+                      f"{sample.p50_us:.0f} us p99 {sample.p99_us:.0f} us ({sample.cpu_us:.0f} us CPU), "
+                      f"RSS {sample.rss_mib:.1f} MiB "
                       f"(PSS {sample.pss_mib:.1f}), idle CPU {sample.idle_cpu_pct:.3f} %, load {sample.load:.2f}, "
                       f"native libraries loaded: {sample.libraries}",
                       flush=True)

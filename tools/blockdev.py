@@ -4,15 +4,17 @@ The facts come from sysfs, /proc/self/mountinfo and /proc/swaps under a root pre
 tests use fixture trees); the decision, `refusals_for`, is a pure function of them.
 
 Policy (docs/tooling.md explains it to users):
-- refused, overridable only by `--force-device /dev/X` naming the same device:
-  mounted (any partition, or anything stacked on it such as LVM/dm-crypt), used as swap,
-  holding the host's / or /boot, not removable;
-- refused always: smaller than the image (the write cannot succeed);
+- refused always, whatever the flags: holding the host's own system (/, /boot, /boot/efi,
+  /efi, /usr, /var, /home), through a partition or anything stacked on it such as
+  LVM/dm-crypt; mounted anywhere else (unmount it first: a write under a mounted file
+  system is corrupted by it); used as swap; read-only; smaller than the image;
+- refused unless confirmed (typing the device path) or named by `--force-device /dev/X`:
+  not removable;
 - "removable" means sysfs removable=1, or attached over USB (many USB card readers and
   sticks report removable=0), or an SD card in an MMC slot (type SD); internal SATA/NVMe
   disks and eMMC are not removable.
 - interactive confirmation (typing the device path) is asked for every write to a device
-  that passed these checks, and can replace --force-device only for "not removable".
+  that passed these checks.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SECTOR_BYTES = 512  # sysfs "size" is always in 512-byte sectors
+# Mount points that make a disk this host's own: never written, with or without flags.
+SYSTEM_MOUNTS = ("/", "/boot", "/boot/efi", "/efi", "/usr", "/var", "/home")
+LIST_DISKS = "lsblk -d -o NAME,SIZE,MODEL,TRAN,RM"
 
 
 @dataclass(frozen=True)
@@ -64,8 +69,9 @@ class Mount:
 @dataclass(frozen=True)
 class Refusal:
     reason: str
-    overridable: bool = True
+    overridable: bool = True  # --force-device lifts it (not removable only)
     by_confirmation: bool = False  # a typed confirmation is enough (not removable only)
+    fix: str = ""  # for a refusal no flag lifts: what to do instead
 
 
 @dataclass(frozen=True)
@@ -181,13 +187,18 @@ def refusals_for(device: BlockDevice, image_size: int, host: HostBlockState) -> 
         if mount.dev_number not in numbers and mount.source not in names:
             continue
         what = numbers.get(mount.dev_number, mount.source)
-        if mount.mount_point in ("/", "/boot", "/boot/efi", "/usr"):
-            refusals.append(Refusal(f"it holds {mount.mount_point} of this host ({what})"))
+        if mount.mount_point in SYSTEM_MOUNTS:
+            refusals.append(Refusal(f"it holds {mount.mount_point} of this host ({what})", overridable=False,
+                                    fix=f"this host's own disk is never written: choose another device ({LIST_DISKS})"))
         else:
-            refusals.append(Refusal(f"it is mounted: {what} on {mount.mount_point}"))
+            unmount = f"sudo umount {what}" if what.startswith("/dev/") else f"sudo umount {mount.mount_point}"
+            refusals.append(Refusal(f"it is mounted: {what} on {mount.mount_point}", overridable=False,
+                                    fix=f"unmount it first ({unmount}, or eject it in the file manager), then "
+                                    "run again"))
     for swap in host.swap_devices:
         if swap in names:
-            refusals.append(Refusal(f"it is in use as swap ({swap})"))
+            refusals.append(Refusal(f"it is in use as swap ({swap})", overridable=False,
+                                    fix=f"sudo swapoff {swap} first, or choose another device"))
     if not device.removable:
         refusals.append(
             Refusal(
@@ -196,12 +207,14 @@ def refusals_for(device: BlockDevice, image_size: int, host: HostBlockState) -> 
             )
         )
     if device.read_only:
-        refusals.append(Refusal("it is read-only (the card's lock switch?)", overridable=False))
+        refusals.append(Refusal("it is read-only (the card's lock switch?)", overridable=False,
+                                fix="slide the card's lock switch off, or choose another device"))
     if device.size_bytes < image_size:
         refusals.append(
             Refusal(
                 f"it is smaller than the image ({device.size_bytes} < {image_size} bytes)",
                 overridable=False,
+                fix="choose a larger device",
             )
         )
     return refusals
@@ -225,6 +238,44 @@ def describe(device: BlockDevice, host: HostBlockState, human_size) -> list[str]
 def normalise_device_path(text: str) -> str:
     """'sdb', '/dev/sdb' -> 'sdb'; partitions are not accepted as targets."""
     return text.removeprefix("/dev/").strip("/")
+
+
+class NotADisk(Exception):
+    """--device names no whole disk: a file, a partition, a path outside /dev."""
+
+
+def _partition_parent(name: str, root: Path) -> str | None:
+    for disk in (root / "sys" / "block").glob("*"):
+        if (disk / name / "partition").exists():
+            return disk.name
+    return None
+
+
+def disk_name(text: str, root: Path = Path("/")) -> str:
+    """The kernel's name of the whole disk a --device argument names: 'sdb', '/dev/sdb' and
+    links to it (/dev/disk/by-id/...) give 'sdb'. Raises NotADisk for anything else, saying
+    what it is by its real path."""
+    text = text.strip()
+    if "/" not in text:
+        name = text
+    elif text.startswith("/dev/"):
+        real = Path(os.path.realpath(root / text.lstrip("/")))
+        dev = Path(os.path.realpath(root / "dev"))
+        if dev not in real.parents:
+            raise NotADisk(f"--device {text} leads to {Path('/') / real.relative_to(root)}, which is not a disk; "
+                           f"give the whole disk, e.g. /dev/sdb ({LIST_DISKS})")
+        name = str(real.relative_to(dev))
+    else:
+        real = Path(os.path.realpath(text))
+        what = ("a directory" if real.is_dir() else "a regular file" if real.is_file() else
+                "not there" if not real.exists() else "not a block device")
+        raise NotADisk(f"--device {text} is {what} ({real}), not a disk: give the whole disk, e.g. /dev/sdb "
+                       f"({LIST_DISKS}); an image file is the thing written, --sd-image FILE")
+    parent = _partition_parent(name, root)
+    if parent is not None:
+        raise NotADisk(f"--device /dev/{name} is a partition of /dev/{parent}: give the whole disk, /dev/{parent} "
+                       "(the image carries its own partition table)")
+    return name
 
 
 class UnsafeTarget(Exception):
@@ -251,8 +302,8 @@ def decide(
     if not blocking:
         return
     reasons = "; ".join(r.reason for r in blocking)
-    if all(r.overridable for r in blocking):
-        fix = f"use --force-device {device.path} to override"
-    else:
-        fix = "choose another device"
+    fixed = [r.fix for r in blocking if not r.overridable]
+    # No flag is offered where one refusal is final (the host's own disk above all).
+    fix = "; ".join(dict.fromkeys(fixed)) if fixed else (
+        f"type the device path when asked, or use --force-device {device.path} if it is the right disk")
     raise UnsafeTarget(f"refusing to write {device.path}: {reasons} ({fix})")

@@ -13,37 +13,62 @@ import yaml
 from tools import console, hostcheck, image_manifest, preflight, process
 from tools import image_requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
+from tools.usage import UsageError
+
+ROLES = ("server", "agent")
+# What `--role` adds to the machine's kas file when the role is not the machine's default: the
+# k3s role (GPU_K8S_K3S_ROLE) and a Mender device type of its own, so a release's agent image
+# never reaches a server node of the same machine, nor the reverse (docs/fleet.md).
+ROLE_INCLUDES = {"agent": "kas/include/agent.yml", "server": "kas/include/server.yml"}
+# The Mender payload each scheme writes: meta-mender's rootfs-image (x86-64, QEMU, the Nano's
+# jetpack4 layer), meta-mender-tegra's native scheme's module image on the Orin
+# (image_types_mender_tegra_native.bbclass: TEGRA_NATIVE_ARTIFACT_TYPE).
+ROOTFS_PAYLOAD = "rootfs-image"
+TEGRA_NATIVE_PAYLOAD = "tegra-rootfs-image"
 
 
 @dataclass(frozen=True)
 class MachineTarget:
     """What `--machine NAME` means: the kas file, the Yocto MACHINE it sets (for the
-    deploy directory) and the image built when --target is not given."""
+    deploy directory), the image built when --target is not given, the k3s role the image
+    takes unless --role says otherwise (meta-gpu-k8s/classes/gpu_k8s_role.bbclass) and the
+    payload type of its update artifacts."""
 
     kas_file: str
     yocto_machine: str
     default_image: str
     kinds: tuple[str, ...] = ()  # which image_requirements lists the image must meet
+    default_role: str = "server"
+    update_payload: str = ROOTFS_PAYLOAD
+    board: str = ""  # what it runs on, for people choosing a --machine
 
 
 # The one table to edit when kas files are renamed or machines are added.
 MACHINES: dict[str, MachineTarget] = {
-    "qemu": MachineTarget("kas/qemu-x86-64.yml", "qemux86-64", "gpu-k8s-image-dev", (req.X86_64, req.QEMU)),
-    "x86-64": MachineTarget("kas/x86-64.yml", "genericx86-64", "gpu-k8s-image", (req.X86_64, req.NVIDIA)),
+    "qemu": MachineTarget("kas/qemu-x86-64.yml", "qemux86-64", "gpu-k8s-image-dev", (req.X86_64, req.QEMU),
+                          board="a QEMU VM with simulated GPUs, for ./task smoke-test"),
+    "x86-64": MachineTarget("kas/x86-64.yml", "genericx86-64", "gpu-k8s-image", (req.X86_64, req.NVIDIA),
+                            board="an x86-64 PC with an NVIDIA GPU"),
     # the same PC on Yocto 5.0 scarthgap (x86-64 and QEMU above are on 6.0 wrynose); the NVIDIA
     # stack is off there by default (its Go cannot build toolkit 1.20)
-    "x86-64-scarthgap": MachineTarget("kas/x86-64-scarthgap.yml", "genericx86-64", "gpu-k8s-image", (req.X86_64,)),
-    "jetson-nano": MachineTarget("kas/jetson-nano.yml", "jetson-nano-devkit", "gpu-k8s-image", (req.JETSON,)),
+    "x86-64-scarthgap": MachineTarget("kas/x86-64-scarthgap.yml", "genericx86-64", "gpu-k8s-image", (req.X86_64,),
+                                      board="the same PC on Yocto 5.0 scarthgap, without the NVIDIA stack"),
+    # a 4 GB Nano is an agent: the control plane would take memory its GPU shares
+    "jetson-nano": MachineTarget("kas/jetson-nano.yml", "jetson-nano-devkit", "gpu-k8s-image", (req.JETSON,),
+                                 default_role="agent", board="Jetson Nano devkit, SD card or eMMC module"),
     # Jetson Orin (wrynose): the Orin Nano devkit with its rootfs on NVMe; the other Orin
     # machines are the same kas file with a machine override (docs/layer.md, "Jetson Orin").
     "jetson-orin-nano": MachineTarget(
-        "kas/jetson-orin-nano.yml", "jetson-orin-nano-devkit-nvme", "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN)),
+        "kas/jetson-orin-nano.yml", "jetson-orin-nano-devkit-nvme", "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN),
+        update_payload=TEGRA_NATIVE_PAYLOAD, board="Jetson Orin Nano devkit, rootfs on NVMe"),
     "jetson-orin-nano-sd": MachineTarget(
         "kas/jetson-orin-nano.yml:kas/include/machine-jetson-orin-nano-devkit.yml", "jetson-orin-nano-devkit",
-        "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN)),
+        "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN), update_payload=TEGRA_NATIVE_PAYLOAD,
+        board="Jetson Orin Nano devkit, rootfs on its SD card"),
     "jetson-agx-orin": MachineTarget(
         "kas/jetson-orin-nano.yml:kas/include/machine-jetson-agx-orin-devkit.yml", "jetson-agx-orin-devkit",
-        "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN)),
+        "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN), update_payload=TEGRA_NATIVE_PAYLOAD,
+        board="Jetson AGX Orin devkit"),
 }
 DEFAULT_MACHINE = "qemu"
 
@@ -77,6 +102,10 @@ class BuildError(Exception):
     """The build cannot start or failed; the message says why and what to do next."""
 
 
+class BuildUsageError(BuildError, UsageError):
+    """A --machine, --role or other option value that names nothing we build."""
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     machine: str = DEFAULT_MACHINE
@@ -87,6 +116,7 @@ class BuildOptions:
     dry_run: bool = False
     verbose: bool = False
     accept_nvidia_licence: bool = False
+    role: str | None = None  # None: the machine's default role
 
 
 def with_licence(kas_file: str, accept_nvidia_licence: bool) -> str:
@@ -94,13 +124,45 @@ def with_licence(kas_file: str, accept_nvidia_licence: bool) -> str:
     return f"{kas_file}:{NVIDIA_LICENCE_INCLUDE}" if accept_nvidia_licence else kas_file
 
 
+def machine_choices() -> str:
+    """Every --machine with its board and default role, for the tasks' help."""
+    return "; ".join(f"{name}: {target.board} [{target.default_role}]" for name, target in MACHINES.items())
+
+
 def machine_target(machine: str) -> MachineTarget:
     try:
         return MACHINES[machine]
     except KeyError:
-        raise BuildError(
+        raise BuildUsageError(
             f"unknown machine {machine!r}; choose one of: {', '.join(MACHINES)}"
         ) from None
+
+
+def checked_role(role: str | None) -> str | None:
+    if role is not None and role not in ROLES:
+        raise BuildUsageError(f"--role must be server or agent, got {role!r}")
+    return role
+
+
+def image_role(machine: str, role: str | None) -> str:
+    """The k3s role the image of `machine` is built with: --role, else the machine's default."""
+    return checked_role(role) or machine_target(machine).default_role
+
+
+def kas_file_for(machine: str, role: str | None = None, accept_nvidia_licence: bool = False) -> str:
+    """The kas argument that builds `machine` as `role`: its kas file, the role's include
+    when the role is not the machine's default, the licence include when accepted."""
+    target = machine_target(machine)
+    chosen = image_role(machine, role)
+    kas_file = target.kas_file if chosen == target.default_role else f"{target.kas_file}:{ROLE_INCLUDES[chosen]}"
+    return with_licence(kas_file, accept_nvidia_licence)
+
+
+def build_name(machine: str, role: str | None = None) -> str:
+    """The kas work dir's name under build/: the machine's for its default role (where builds
+    made before roles existed already are), with the role appended for the other one."""
+    chosen = image_role(machine, role)
+    return machine if chosen == machine_target(machine).default_role else f"{machine}-{chosen}"
 
 
 def image_name(options: BuildOptions) -> str:
@@ -108,9 +170,10 @@ def image_name(options: BuildOptions) -> str:
 
 
 def machine_build_dir(options: BuildOptions) -> Path:
-    """Each machine gets its own kas work dir (layer checkouts differ per release);
-    downloads and sstate are shared between machines."""
-    return (options.build_dir or BUILD_ROOT / options.machine).absolute()
+    """Each machine and role gets its own kas work dir (layer checkouts differ per release,
+    and a server and an agent image must not overwrite each other); downloads and sstate
+    are shared between them."""
+    return (options.build_dir or BUILD_ROOT / build_name(options.machine, options.role)).absolute()
 
 
 def build_environment(options: BuildOptions, environ: Mapping[str, str]) -> dict[str, str]:
@@ -122,7 +185,9 @@ def build_environment(options: BuildOptions, environ: Mapping[str, str]) -> dict
         "DL_DIR": str(BUILD_ROOT / "downloads"),
         "SSTATE_DIR": str(BUILD_ROOT / "sstate-cache"),
     }
-    for name in ("KAS_WORK_DIR", "KAS_BUILD_DIR", *PASSTHROUGH_VARIABLES):
+    # --build-dir wins over KAS_WORK_DIR/KAS_BUILD_DIR from the environment, as options do.
+    own_dirs = () if options.build_dir else ("KAS_WORK_DIR", "KAS_BUILD_DIR")
+    for name in (*own_dirs, *PASSTHROUGH_VARIABLES):
         if environ.get(name):
             env[name] = environ[name]
     env.update({name: value for name, value in options.settings.items() if value})
@@ -136,10 +201,9 @@ def kas_executable() -> str:
 
 
 def kas_build_command(options: BuildOptions, environ: Mapping[str, str]) -> process.Command:
-    target = machine_target(options.machine)
     return process.Command(
         argv=[kas_executable(), "build", "--target", image_name(options),
-              with_licence(target.kas_file, options.accept_nvidia_licence)],
+              kas_file_for(options.machine, options.role, options.accept_nvidia_licence)],
         cwd=REPO_ROOT,
         env=build_environment(options, environ),
     )
@@ -151,6 +215,18 @@ def tmp_dir(env: Mapping[str, str]) -> Path:
 
 def deploy_dir(options: BuildOptions, env: Mapping[str, str]) -> Path:
     return tmp_dir(env) / "deploy" / "images" / machine_target(options.machine).yocto_machine
+
+
+def built_deploy_dir(machine: str, role: str | None = None, work_dir: Path | None = None,
+                     environ: Mapping[str, str] | None = None) -> Path:
+    """Where `./task build --machine M [--role R] [--build-dir W]` leaves its images: what
+    flash and release look in. `work_dir` is build's --build-dir (the kas work dir); the kas
+    build dir inside it (W/build) is taken as meant too."""
+    options = BuildOptions(machine=machine, role=role, build_dir=work_dir)
+    env = build_environment(options, os.environ if environ is None else environ)
+    if work_dir is not None and not (work_dir / "build").is_dir() and (work_dir / "tmp").is_dir():
+        env["KAS_BUILD_DIR"] = str(work_dir.absolute())
+    return deploy_dir(options, env)
 
 
 def check_built_image(options: BuildOptions, env: Mapping[str, str]) -> list[req.Finding]:
@@ -169,6 +245,7 @@ def check_built_image(options: BuildOptions, env: Mapping[str, str]) -> list[req
             kinds,
             image_manifest.cuda_packages_from_pkgdata(pkgdata / "runtime"),
             runtime_reverse=pkgdata / "runtime-reverse",
+            role=options.role,  # asked for by name: the image must have taken it
         )
     except FileNotFoundError as missing:
         raise BuildError(f"the build finished but left no manifest to check: {missing}") from None
@@ -227,28 +304,50 @@ def settings_kas_drops(env: Mapping[str, str], kas_files: Path | list[Path],
     return [name for name in wanted if name not in listed]
 
 
+def build_command_line(options: BuildOptions) -> str:
+    """The build as the person would type it again (for the steps a refusal lists)."""
+    parts = ["./task build", f"--machine {options.machine}"]
+    parts += [f"--role {options.role}"] if options.role else []
+    parts += ["--accept-nvidia-licence"] if options.accept_nvidia_licence else []
+    return " ".join(parts)
+
+
+def carries_nvidia(machine: str) -> bool:
+    """Whether the machine's image carries NVIDIA's driver by default (GPU_K8S_NVIDIA)."""
+    return req.NVIDIA in machine_target(machine).kinds
+
+
 def refuse_unfit_host(options: BuildOptions, env: Mapping[str, str]) -> list[hostcheck.Problem]:
     facts = hostcheck.gather_host_facts(Path(env["KAS_BUILD_DIR"]))
-    problems = hostcheck.check_build_host(facts, options.min_free_gb)
+    problems = hostcheck.check_build_host(facts, options.min_free_gb, next_step=build_command_line(options))
+    kas_files = preflight.kas_paths(kas_file_for(options.machine, options.role, options.accept_nvidia_licence))
+    site_conf = Path(env["KAS_BUILD_DIR"]) / "conf" / "site.conf"
     # Before any build work: without keys an A/B image would fail at do_rootfs, hours in.
-    signing = preflight.signing_problem(REPO_ROOT / machine_target(options.machine).kas_file, image_name(options),
-                                        env, Path(env["KAS_BUILD_DIR"]) / "conf" / "site.conf")
+    signing = preflight.signing_problem(kas_files, image_name(options), env, site_conf)
     if signing:
         problems.append(hostcheck.Problem("update-signing keys: the A/B image's artifacts cannot be signed",
                                           signing))
+    # ... and without the licence bitbake stops at parse time, after kas fetched every layer.
+    licence = preflight.nvidia_licence_problem(kas_files, carries_nvidia(options.machine), site_conf)
+    if licence:
+        problems.append(hostcheck.Problem("NVIDIA's driver licence is not accepted", licence))
     return problems
 
 
 def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -> list[Artifact]:
-    """Check the host, run `kas build`, and report the artifacts. Raises BuildError."""
+    """Check the host, run `kas build`, and report the artifacts. Raises BuildError; a dry
+    run that shows a problem a real build would stop at raises it too, after the commands."""
     environ = os.environ if environ is None else environ
     target = machine_target(options.machine)
+    role = image_role(options.machine, options.role)
     image = image_name(options)
     command = kas_build_command(options, environ)
-    console.step(f"building {image} for {options.machine} ({target.yocto_machine}) with {target.kas_file}")
+    kas_argument = command.argv[-1]
+    console.step(f"building {image} for {options.machine} ({target.yocto_machine}) as a k3s {role} "
+                 f"with {kas_argument}")
 
     # A machine may name the kas file with overrides after it (a.yml:b.yml): all must exist.
-    kas_files = [REPO_ROOT / part for part in target.kas_file.split(":")]
+    kas_files = preflight.kas_paths(kas_argument)
     absent = [str(path.relative_to(REPO_ROOT)) for path in kas_files if not path.exists()]
     if absent and not options.dry_run:
         raise BuildError(
@@ -269,7 +368,7 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
     if problems:
         console.warn("a real build would stop here; showing the commands anyway (--dry-run)")
     else:
-        console.info("host is fit: disk, tools, user and locale are fine")
+        console.info("host is fit: disk, tools, user, locale, signing keys and licences are fine")
 
     dropped = settings_kas_drops(command.env, kas_files)
     if dropped:
@@ -284,6 +383,9 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
     if options.dry_run:
         process.run(command, dry_run=True)
         console.info(f"artifacts would be in {deploy_dir(options, command.env)}")
+        if problems:
+            raise BuildError(f"dry run: a real build would stop at the {len(problems)} problem(s) above; "
+                             "fix them and run again")
         return []
     try:
         process.run_logged(command, log_path, verbose=options.verbose)
@@ -294,8 +396,8 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
             errors[0] if errors else f"kas exited with {failure.returncode}")
         raise BuildError(
             f"build of {image} failed: {hint}\n  full log: {log_path}\n"
-            f"  next step: read the log, fix the cause, then rerun ./task build --machine "
-            f"{options.machine} (finished work is reused from sstate)"
+            f"  next step: read the log, fix the cause, then rerun {build_command_line(options)} (finished work "
+            "is reused from sstate)"
         ) from None
 
     artifacts = list_artifacts(deploy_dir(options, command.env), image)
@@ -303,7 +405,7 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
         [str(a.path), console.human_size(a.size_bytes), f"-> {a.link_target}" if a.link_target else ""]
         for a in artifacts
     ]
-    console.summary(f"built {image} for {options.machine}", ["artifact", "size", ""], rows)
+    console.summary(f"built {image} for {options.machine} (k3s {role})", ["artifact", "size", ""], rows)
     if not artifacts:
         where = deploy_dir(options, command.env)
         console.warn(f"the build succeeded but nothing named {image}* is in {where}")

@@ -20,12 +20,17 @@ from tools import build, console, hostcheck, preflight, process
 from tools import image_closure as closure_mod
 from tools import image_requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
+from tools.usage import UsageError
 
 PROBE = REPO_ROOT / "tools" / "bitbake_probe.py"
 
 
 class CheckImageError(Exception):
     """The check could not run; the message says why and what to do."""
+
+
+class CheckImageUsageError(CheckImageError, UsageError):
+    """A --kas or other option value that names nothing to check."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class CheckImageOptions:
     build_dir: Path | None = None
     verbose: bool = False
     accept_nvidia_licence: bool = False
+    role: str | None = None  # None: the machine's default (with --kas: the kas files' own)
 
 
 @dataclass(frozen=True)
@@ -77,12 +83,12 @@ def _closure_note(name: str, entry: closure_mod.Installed) -> str:
     return "; ".join(parts)
 
 
-def closure_findings(result: ProbeResult) -> list[req.Finding]:
+def closure_findings(result: ProbeResult, role: str | None = None) -> list[req.Finding]:
     def has(name: str) -> tuple[str, str] | None:
         entry = result.closure.package_for(name)
         return (entry.package, _closure_note(name, entry)) if entry else None
 
-    return req.evaluate(req.requirements_for(result.classes, result.cuda_packages), has)
+    return req.evaluate(req.requirements_for(result.classes, result.cuda_packages, role=role), has)
 
 
 def report(result: ProbeResult, findings: list[req.Finding]) -> list[str]:
@@ -106,27 +112,58 @@ def report(result: ProbeResult, findings: list[req.Finding]) -> list[str]:
 
 
 def kas_file_for(options: CheckImageOptions) -> str:
-    kas_file = options.kas_file or build.machine_target(options.machine).kas_file
+    """What `./task build` would use for the machine and role; with --kas, that file plus the
+    role's include when --role is given."""
+    if not options.kas_file:
+        return build.kas_file_for(options.machine, options.role, options.accept_nvidia_licence)
+    kas_file = options.kas_file
+    if options.role is not None:
+        kas_file += ":" + build.ROLE_INCLUDES[build.image_role(options.machine, options.role)]
     return build.with_licence(kas_file, options.accept_nvidia_licence)
 
 
 def work_dir_for(options: CheckImageOptions) -> Path | None:
     """With --kas the work dir is named after the kas file, so it never mixes layer
-    checkouts with a --machine build dir."""
+    checkouts with a --machine build dir; otherwise the machine and role's build dir, whose
+    checkouts and parse cache a build shares."""
     if options.build_dir or not options.kas_file:
         return options.build_dir
     stem = Path(options.kas_file.split(":", 1)[0]).stem
-    return BUILD_ROOT / f"check-{stem}"
+    return BUILD_ROOT / f"check-{stem}{f'-{options.role}' if options.role else ''}"
+
+
+def build_options_for(options: CheckImageOptions) -> build.BuildOptions:
+    return build.BuildOptions(machine=options.machine, build_dir=work_dir_for(options),
+                              role=None if options.kas_file else options.role)
+
+
+def carries_nvidia(options: CheckImageOptions) -> bool:
+    """Whether the image to check carries NVIDIA's driver by default: the machine's, or with
+    --kas the machine whose kas file it is (an unknown kas file: the layer's check decides)."""
+    if not options.kas_file:
+        return build.carries_nvidia(options.machine)
+    first = options.kas_file.split(":", 1)[0].removeprefix("./")
+    machines = [name for name, target in build.MACHINES.items() if target.kas_file == first]
+    return bool(machines) and build.carries_nvidia(machines[0])
 
 
 def probe_command(options: CheckImageOptions, image: str, out: Path, environ: Mapping[str, str]) -> process.Command:
-    build_options = build.BuildOptions(machine=options.machine, build_dir=work_dir_for(options))
+    build_options = build_options_for(options)
     inner = shlex.join(["python3", str(PROBE), "--image", image, "--out", str(out)])
     return process.Command(
         argv=[build.kas_executable(), "shell", kas_file_for(options), "-c", inner],
         cwd=REPO_ROOT,
         env=build.build_environment(build_options, environ),
     )
+
+
+def check_command(options: CheckImageOptions) -> str:
+    """This check as the person typed it, for the steps a refusal lists."""
+    parts = ["./task check-image"]
+    parts += [f"--kas {options.kas_file}"] if options.kas_file else [f"--machine {options.machine}"]
+    parts += [f"--role {options.role}"] if options.role else []
+    parts += ["--accept-nvidia-licence"] if options.accept_nvidia_licence else []
+    return " ".join(parts)
 
 
 def image_for(options: CheckImageOptions) -> str:
@@ -145,19 +182,22 @@ def run_check_image(options: CheckImageOptions, environ: Mapping[str, str] | Non
                     euid: int | None = None) -> list[req.Finding]:
     """Resolve and check; returns the findings (the caller fails on a missing one)."""
     environ = os.environ if environ is None else environ
-    problems = hostcheck.check_not_root(os.geteuid() if euid is None else euid)
-    if problems:
-        raise CheckImageError(f"{problems[0].reason}; fix: {problems[0].fix}")
     kas_file = kas_file_for(options)
     for part in kas_file.split(":"):
         if not (REPO_ROOT / part).is_file():
-            raise CheckImageError(f"kas file {part} does not exist; give one of kas/*.yml (paths relative to the "
-                                  "repository root)")
+            raise CheckImageUsageError(f"kas file {part} does not exist; give one of kas/*.yml (paths relative to "
+                                       "the repository root)")
+    problems = hostcheck.check_not_root(os.geteuid() if euid is None else euid, next_step=check_command(options))
+    if problems:
+        raise CheckImageError(f"{problems[0].reason}; fix: {problems[0].fix}")
     image = image_for(options)
-    env = build.build_environment(build.BuildOptions(machine=options.machine, build_dir=work_dir_for(options)),
-                                  environ)
-    signing = preflight.signing_problem(REPO_ROOT / kas_file.split(":", 1)[0], image, {**environ, **env},
-                                        Path(env["KAS_BUILD_DIR"]) / "conf" / "site.conf")
+    env = build.build_environment(build_options_for(options), environ)
+    site_conf = Path(env["KAS_BUILD_DIR"]) / "conf" / "site.conf"
+    licence = preflight.nvidia_licence_problem(preflight.kas_paths(kas_file), carries_nvidia(options), site_conf)
+    if licence:
+        # bitbake's parse, which this check is, would stop on it after kas fetched every layer.
+        raise CheckImageError(licence)
+    signing = preflight.signing_problem(preflight.kas_paths(kas_file), image, {**environ, **env}, site_conf)
     if signing:
         # Not this check's verdict, but the build's first hours depend on it.
         console.warn(f"a build of {image} would stop at do_rootfs: {signing}")
@@ -174,9 +214,11 @@ def run_check_image(options: CheckImageOptions, environ: Mapping[str, str] | Non
     except process.CommandFailed as failure:
         print("\n".join(failure.output_tail[-20:]))
         errors = [line for line in failure.output_tail if "ERROR" in line or "Error" in line]
-        hint = preflight.offline_hint(failure.output_tail) or (errors[-1] if errors else "kas/bitbake failed")
+        # check-image takes KAS_REPO_REF_DIR from the environment only
+        hint = preflight.offline_hint(failure.output_tail, option="") or (
+            errors[-1] if errors else "kas/bitbake failed")
         raise CheckImageError(f"{hint}\n  full log: {log}") from None
     result = ProbeResult.from_json(json.loads(out.read_text()))
-    findings = closure_findings(result)
+    findings = closure_findings(result, options.role)
     print("\n".join(report(result, findings)), flush=True)
     return findings

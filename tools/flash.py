@@ -1,4 +1,5 @@
-"""`flash`: put a built image on a Jetson Nano (USB recovery flash) or on an SD card."""
+"""`flash`: put a built image on a Jetson Nano (USB recovery flash), an SD card, or the disk
+of an x86-64 node; find what `./task build` made for the machine and role (tools/build.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import blockdev, console, process, provision, usb
+from tools import blockdev, build, console, process, provision, usb
 from tools.build import MACHINES
-from tools.paths import BUILD_ROOT
+from tools.usage import UsageError
 
-NANO = MACHINES["jetson-nano"]
+NANO_MACHINE = "jetson-nano"
+NANO = MACHINES[NANO_MACHINE]
 
 METHODS = {
     "full": "flash everything over USB in recovery mode (doflash.sh): eMMC modules and first boot",
@@ -25,6 +27,10 @@ METHODS = {
 
 class FlashError(Exception):
     """Flashing cannot go ahead or failed; the message names the problem and the fix."""
+
+
+class FlashUsageError(FlashError, UsageError):
+    """Options that cannot go together or name nothing flash can write."""
 
 
 @dataclass(frozen=True)
@@ -49,24 +55,56 @@ def privileged(argv: Sequence[str], euid: int) -> list[str]:
     return list(argv) if euid == 0 else ["sudo", *argv]
 
 
-def deploy_dir(options: FlashOptions) -> Path:
-    build_dir = options.build_dir or BUILD_ROOT / "jetson-nano" / "build"
-    return build_dir / "tmp" / "deploy" / "images" / NANO.yocto_machine
+def image_file_names(image: str, yocto_machine: str, suffix: str) -> list[str]:
+    """The stable names bitbake gives an image's file: IMAGE-MACHINE.TYPE (kirkstone, and every
+    series with meta-mender, which empties IMAGE_NAME_SUFFIX), IMAGE-MACHINE.rootfs.TYPE
+    (Yocto 4.3 and later without it)."""
+    return [f"{image}-{yocto_machine}.{suffix}", f"{image}-{yocto_machine}.rootfs.{suffix}"]
 
 
-def tegraflash_package(options: FlashOptions) -> Path:
+def find_built(machine: str, options: FlashOptions, suffix: str, what: str, instead: str) -> Path:
+    """The file of type `suffix` that `./task build --machine MACHINE [--role R]` made: in the
+    --role's build (the provisioning role), else in whichever role's build has one. Two
+    roles built and no --role: refused, naming both."""
+    yocto_machine = MACHINES[machine].yocto_machine
+    default_role = MACHINES[machine].default_role
+    asked = options.provisioning.role
+    roles = [asked] if asked else [default_role, *(role for role in build.ROLES if role != default_role)]
+    found: list[tuple[str, Path]] = []
+    looked: list[Path] = []
+    for role in roles:
+        directory = build.built_deploy_dir(machine, role, options.build_dir)
+        if directory in {path.parent for path in looked}:
+            continue  # --build-dir names one build whatever the role
+        names = image_file_names(options.image, yocto_machine, suffix)
+        looked.append(directory / names[0])
+        hit = next((directory / name for name in names if (directory / name).is_file()), None)
+        if hit is not None:
+            found.append((role, hit))
+    if len(found) == 2:
+        raise FlashUsageError(
+            f"{machine} has a server and an agent image ({found[0][1]}, {found[1][1]}): name the one to flash with "
+            f"--role server or --role agent (with --server-url and --token-file for an agent), or pass {instead}"
+        )
+    if found:
+        role, path = found[0]
+        console.info(f"{what}: {path} (built as a k3s {role})")
+        return path
+    role_flag = f" --role {asked}" if asked and asked != default_role else ""
+    other = f" (nor at {looked[1]})" if len(looked) > 1 else ""
+    raise FlashError(
+        f"no {what} at {looked[0]}{other}; build it first with `./task build --machine {machine}{role_flag}"
+        f"{'' if options.image == MACHINES[machine].default_image else f' --target {options.image}'}` "
+        f"(or pass {instead})"
+    )
+
+
+def tegraflash_package(options: FlashOptions, machine: str = NANO_MACHINE) -> Path:
     if options.package is not None:
         if not options.package.is_file():
             raise FlashError(f"--package {options.package} does not exist")
         return options.package
-    candidate = deploy_dir(options) / f"{options.image}-{NANO.yocto_machine}.tegraflash.tar.gz"
-    if not candidate.is_file():
-        raise FlashError(
-            f"no tegraflash package at {candidate}; build it first with "
-            f"`./task build --machine jetson-nano --target {options.image}` "
-            "(or pass --package PATH)"
-        )
-    return candidate
+    return find_built(machine, options, "tegraflash.tar.gz", "tegraflash package", "--package PATH")
 
 
 def bmaptool_command(image: Path, device_file: Path, euid: int) -> process.Command:
@@ -88,13 +126,17 @@ def inspect_target(
 ) -> tuple[blockdev.BlockDevice, list[blockdev.Refusal]]:
     """Read the device named by --device, show it, and list what speaks against writing it."""
     assert options.device is not None
-    name = blockdev.normalise_device_path(options.device)
+    try:
+        name = blockdev.disk_name(options.device, options.root)
+        forced = blockdev.disk_name(options.force_device, options.root) if options.force_device else None
+    except blockdev.NotADisk as wrong:
+        raise FlashUsageError(str(wrong)) from None
     try:
         device = blockdev.read_block_device(name, options.root)
     except FileNotFoundError as missing:
-        raise FlashError(f"{missing}; list disks with `lsblk -d -o NAME,SIZE,MODEL,TRAN,RM`") from None
-    if options.force_device is not None and blockdev.normalise_device_path(options.force_device) != name:
-        raise FlashError(
+        raise FlashError(f"{missing}; list disks with `{blockdev.LIST_DISKS}`") from None
+    if forced is not None and forced != name:
+        raise FlashUsageError(
             f"--force-device {options.force_device} does not name the target --device {options.device}; "
             "name the same device in both"
         )
@@ -108,11 +150,26 @@ def inspect_target(
     return device, refusals
 
 
+def check_device_argument(options: FlashOptions) -> None:
+    """--device and --force-device name whole disks: a usage error before anything else."""
+    try:
+        for given in (options.device, options.force_device):
+            if given:
+                blockdev.disk_name(given, options.root)
+    except blockdev.NotADisk as wrong:
+        raise FlashUsageError(str(wrong)) from None
+
+
+def _forced(options: FlashOptions, device: blockdev.BlockDevice) -> str | None:
+    """--force-device, once inspect_target checked it names this device (maybe by a link)."""
+    return device.path if options.force_device is not None else None
+
+
 def refuse_unsafe_target(options: FlashOptions, image_size: int) -> blockdev.BlockDevice:
     """Early check before slow work: refusals that no typed confirmation could lift."""
     device, refusals = inspect_target(options, image_size)
     try:
-        blockdev.decide(device, refusals, options.force_device, confirmed_by_typing=True)
+        blockdev.decide(device, refusals, _forced(options, device), confirmed_by_typing=True)
     except blockdev.UnsafeTarget as unsafe:
         raise FlashError(str(unsafe)) from None
     return device
@@ -133,20 +190,21 @@ def check_target_device(
     typed = False
     if wants_typing and interactive and not options.dry_run:
         try:
-            blockdev.decide(device, refusals, options.force_device, confirmed_by_typing=True)
+            blockdev.decide(device, refusals, _forced(options, device), confirmed_by_typing=True)
         except blockdev.UnsafeTarget as unsafe:
             raise FlashError(str(unsafe)) from None
         typed = ask_typed_confirmation(device, read)
         if not typed:
             raise FlashError(f"not confirmed; nothing was written to {device.path}")
     try:
-        blockdev.decide(device, refusals, options.force_device, typed)
+        blockdev.decide(device, refusals, _forced(options, device), typed)
     except blockdev.UnsafeTarget as unsafe:
         raise FlashError(str(unsafe)) from None
     if wants_typing and not typed and not options.dry_run:
+        # --yes confirms only a device nothing speaks against (here: one that is not removable).
+        instead = f"name it with --force-device {device.path}" if refusals else "pass --yes"
         raise FlashError(
-            f"writing {device.path} needs confirmation: run interactively and type the device path, "
-            f"or pass --yes (or --force-device {device.path})"
+            f"writing {device.path} needs confirmation: run interactively and type the device path, or {instead}"
         )
     return device
 
@@ -215,31 +273,36 @@ def make_sd_image(options: FlashOptions, workdir: Path) -> Path:
     return made[-1]
 
 
+def write_image_file(options: FlashOptions, image: Path, euid: int, interactive: bool, token: str,
+                     what: str = "SD card") -> list[str]:
+    """--sd-image (and an x86-64 node's disk image): bmaptool to --device, then the
+    provisioning onto the written data partition."""
+    if not options.device:
+        raise FlashUsageError(f"--sd-image needs --device /dev/sdX (the {what} to write)")
+    check_device_argument(options)
+    _check_provisioning_role(options, provision.manifest_beside(image))
+    written = write_sd_image(options, image, euid, interactive)
+    results = [f"{'would write' if options.dry_run else 'wrote'} {image} to /dev/{written.name}"]
+    return results + _provision_device(options, image, written, token, euid)
+
+
 def run_flash(
-    options: FlashOptions, euid: int | None = None, interactive: bool | None = None
+    options: FlashOptions, euid: int | None = None, interactive: bool | None = None, machine: str = NANO_MACHINE
 ) -> list[str]:
     """Run the chosen method; returns summary lines. Raises FlashError, writing nothing
     to a device that fails the safety checks."""
     euid = os.geteuid() if euid is None else euid
     interactive = sys.stdin.isatty() if interactive is None else interactive
     results: list[str] = []
-    token = _provisioning_token(options)
+    token = provisioning_token(options)
     if options.sd_image is not None:
-        if not options.device:
-            raise FlashError("--sd-image needs --device /dev/sdX (the SD card to write)")
-        _check_provisioning_role(options, provision.manifest_beside(options.sd_image))
-        written = write_sd_image(options, options.sd_image, euid, interactive)
-        results = [f"{'would write' if options.dry_run else 'wrote'} {options.sd_image} to /dev/{written.name}"]
-        return results + _provision_device(options, options.sd_image, written, token, euid)
+        return write_image_file(options, options.sd_image, euid, interactive, token)
     if options.method not in METHODS:
-        raise FlashError(f"unknown --method {options.method!r}; choose one of: {', '.join(METHODS)}")
-    if options.provisioning.wanted and options.method == "spi-only":
-        raise FlashError("--method spi-only writes the boot firmware only: provisioning goes with the method that "
-                         "writes the data partition (full, or sdcard --device)")
-    if options.provisioning.wanted and options.method == "sdcard" and not options.device:
-        raise FlashError("provisioning is written onto the card, never into a kept SD image: give --device /dev/sdX")
-    package = tegraflash_package(options)
-    _check_provisioning_role(options, provision.manifest_beside(package))
+        raise FlashUsageError(f"unknown --method {options.method!r}; choose one of: {', '.join(METHODS)}")
+    refuse_provisioning_nowhere(options)
+    check_device_argument(options)
+    package = tegraflash_package(options, machine)
+    _check_provisioning_role(options, provision.manifest_beside(package), machine)
     if options.method == "sdcard" and options.device:
         # Refuse an unsafe device now, before minutes of dosdcard.sh; size is checked later.
         refuse_unsafe_target(options, image_size=0)
@@ -249,7 +312,7 @@ def run_flash(
         workdir = Path(temp)
         unpack(package, workdir, options.dry_run)
         if over_usb and options.provisioning.wanted:
-            results.append(_provision_package(options, workdir, token))
+            results.append(provision_package(options, package, workdir, token, machine))
         if over_usb:
             results.append(flash_over_usb(options, board, workdir, euid))
         else:
@@ -257,8 +320,9 @@ def run_flash(
             if options.device:
                 written = write_sd_image(options, sd_image, euid, interactive)
                 results.append(f"{'would write' if options.dry_run else 'wrote'} the SD image to {options.device}")
+                # Onto the card, not into the SD image: that one is kept on this host.
                 results += _provision_device(options, sd_image, written, token, euid)
-            kept = options.output or deploy_dir(options) / f"{options.image}-{NANO.yocto_machine}.sdcard"
+            kept = options.output or package.parent / f"{options.image}-{NANO.yocto_machine}.sdcard"
             if options.dry_run:
                 console.info(f"would keep the SD image as {kept}")
             else:
@@ -271,27 +335,52 @@ def run_flash(
 # ---------------------------------------------------------------- provisioning (tools/provision.py)
 
 
-def _provisioning_token(options: FlashOptions) -> str:
+def provisioning_token(options: FlashOptions) -> str:
     """Every provisioning option checked before anything is unpacked or written."""
     if not options.provisioning.wanted:
         return ""
     try:
         return provision.validate(options.provisioning)
+    except provision.ProvisionUsageError as error:
+        raise FlashUsageError(str(error)) from None
     except provision.ProvisionError as error:
         raise FlashError(str(error)) from None
 
 
-def _check_provisioning_role(options: FlashOptions, manifest: Path | None) -> None:
+def refuse_provisioning_nowhere(options: FlashOptions) -> None:
+    """Methods that write no data partition take no provisioning: it would land nowhere, or
+    in an SD image kept on this host."""
+    if not options.provisioning.wanted:
+        return
+    if options.method == "spi-only":
+        raise FlashUsageError("--method spi-only writes the boot firmware only: provisioning goes with a method "
+                              "that writes the data partition (full, external-only, or sdcard/external --device)")
+    if options.method == "sdcard" and not options.device:
+        raise FlashUsageError("provisioning is written onto the card, never into a kept SD image: give "
+                              "--device /dev/sdX")
+
+
+def _check_provisioning_role(options: FlashOptions, manifest: Path | None, machine: str = NANO_MACHINE) -> None:
     try:
-        provision.check_role(options.provisioning, manifest)
+        provision.check_role(options.provisioning, manifest, machine)
     except provision.ProvisionError as error:
         raise FlashError(str(error)) from None
 
 
-def _provision_package(options: FlashOptions, workdir: Path, token: str) -> str:
-    console.step("writing the node's provisioning into the data partition image")
+def provision_package(options: FlashOptions, package: Path, workdir: Path, token: str, machine: str) -> str:
+    """Before anything is flashed: into the unpacked package's data image (a dry run reads
+    only the few members that takes)."""
+    console.step("writing the node's provisioning into the package's data partition image")
+    asked = options.provisioning.role
+    role = f" --role {asked}" if asked and asked != MACHINES[machine].default_role else ""
+    rebuild = (f"rebuild it (./task build --machine {machine}{role}) and flash the board with the new package: "
+               "provisioning lives on the data partition, which a board gets from a full flash of such a package")
     try:
-        return provision.into_unpacked_package(workdir, options.provisioning, token, options.dry_run)
+        if options.dry_run:
+            with tempfile.TemporaryDirectory(prefix="gpu-k8s-flash-check-") as peek:
+                provision.peek_package(package, Path(peek))
+                return provision.into_unpacked_package(Path(peek), options.provisioning, token, True, rebuild)
+        return provision.into_unpacked_package(workdir, options.provisioning, token, False, rebuild)
     except provision.ProvisionError as error:
         raise FlashError(f"{error}; nothing was flashed") from None
 

@@ -17,23 +17,26 @@ from pathlib import Path
 from tools import console, process, usb
 from tools.build import MACHINES
 from tools.flash import (
-    NANO,
     FlashError,
     FlashOptions,
+    FlashUsageError,
+    check_device_argument,
     check_target_device,
     find_board,
+    find_built,
+    provision_package,
+    provisioning_token,
+    refuse_provisioning_nowhere,
     refuse_unsafe_target,
-    run_flash,
-    write_sd_image,
+    write_image_file,
 )
-from tools.paths import BUILD_ROOT
+from tools.provision import ProvisionError, check_role, manifest_beside
 
 
 @dataclass(frozen=True)
 class OrinTarget:
     """What flashing needs to know of a `--machine` that builds an Orin image."""
 
-    build_name: str  # the build dir under build/ (tools/build.py MACHINES key)
     yocto_machine: str
     product_ids: frozenset[str]  # USB ids in recovery mode of the module this MACHINE is for
     storage: str  # "nvme" or "sdcard": where the rootfs goes
@@ -75,11 +78,10 @@ AGX_ORIN_DEVKIT_IDS = frozenset({"7023"})
 # Keyed by the Yocto MACHINE of the kas build (a kas override may change it).
 ORIN_TARGETS: dict[str, OrinTarget] = {
     "jetson-orin-nano-devkit-nvme": OrinTarget(
-        "jetson-orin-nano", "jetson-orin-nano-devkit-nvme", ORIN_NANO_DEVKIT_IDS, "nvme", ORIN_NANO_RECOVERY),
+        "jetson-orin-nano-devkit-nvme", ORIN_NANO_DEVKIT_IDS, "nvme", ORIN_NANO_RECOVERY),
     "jetson-orin-nano-devkit": OrinTarget(
-        "jetson-orin-nano", "jetson-orin-nano-devkit", ORIN_NANO_DEVKIT_IDS, "sdcard", ORIN_NANO_RECOVERY),
-    "jetson-agx-orin-devkit": OrinTarget(
-        "jetson-agx-orin", "jetson-agx-orin-devkit", AGX_ORIN_DEVKIT_IDS, "nvme", AGX_ORIN_RECOVERY),
+        "jetson-orin-nano-devkit", ORIN_NANO_DEVKIT_IDS, "sdcard", ORIN_NANO_RECOVERY),
+    "jetson-agx-orin-devkit": OrinTarget("jetson-agx-orin-devkit", AGX_ORIN_DEVKIT_IDS, "nvme", AGX_ORIN_RECOVERY),
 }
 
 METHODS = {
@@ -116,24 +118,12 @@ def orin_target(yocto_machine: str) -> OrinTarget:
         ) from None
 
 
-def deploy_dir(options: FlashOptions, target: OrinTarget) -> Path:
-    build_dir = options.build_dir or BUILD_ROOT / target.build_name / "build"
-    return build_dir / "tmp" / "deploy" / "images" / target.yocto_machine
-
-
-def tegraflash_package(options: FlashOptions, target: OrinTarget) -> Path:
+def tegraflash_package(options: FlashOptions, machine: str) -> Path:
     if options.package is not None:
         if not options.package.is_file():
             raise FlashError(f"--package {options.package} does not exist")
         return options.package
-    name = f"{options.image}-{target.yocto_machine}.tegraflash-tar.zst"
-    candidate = deploy_dir(options, target) / name
-    if not candidate.is_file():
-        raise FlashError(
-            f"no tegraflash package at {candidate}; build it first with "
-            f"`./task build --machine {target.build_name} --target {options.image}` (or pass --package PATH)"
-        )
-    return candidate
+    return find_built(machine, options, "tegraflash-tar.zst", "tegraflash package", "--package PATH")
 
 
 def missing_host_tools(methods_need_usb: bool) -> list[str]:
@@ -215,7 +205,7 @@ def write_with_script(options: FlashOptions, target: OrinTarget, workdir: Path, 
     return f"wrote {options.image} for {target.yocto_machine} to {device.path}"
 
 
-def make_sd_image(options: FlashOptions, target: OrinTarget, workdir: Path) -> str:
+def make_sd_image(options: FlashOptions, target: OrinTarget, workdir: Path, package: Path) -> str:
     console.step("making the SD card image (dosdcard.sh)")
     argv = ["./dosdcard.sh", "-y", "-s", "32G", "-b", options.image]
     try:
@@ -223,7 +213,7 @@ def make_sd_image(options: FlashOptions, target: OrinTarget, workdir: Path) -> s
     except process.CommandFailed as failure:
         raise FlashError(f"dosdcard.sh failed with exit code {failure.returncode}") from None
     made = workdir / f"{options.image}.sdcard"
-    kept = options.output or deploy_dir(options, target) / f"{options.image}-{target.yocto_machine}.sdcard"
+    kept = options.output or package.parent / f"{options.image}-{target.yocto_machine}.sdcard"
     if options.dry_run:
         console.info(f"would keep the SD image as {kept}")
         return f"(dry run) SD image would be {kept}"
@@ -236,44 +226,42 @@ def make_sd_image(options: FlashOptions, target: OrinTarget, workdir: Path) -> s
 
 def check_method(options: FlashOptions, target: OrinTarget) -> None:
     if options.method not in METHODS:
-        raise FlashError(f"unknown --method {options.method!r} for an Orin; choose one of: {', '.join(METHODS)}")
+        raise FlashUsageError(f"unknown --method {options.method!r} for an Orin; choose one of: {', '.join(METHODS)}")
     if options.method == "sdcard" and target.storage != "sdcard":
-        raise FlashError(
+        raise FlashUsageError(
             f"{target.yocto_machine} keeps its rootfs on NVMe, not an SD card: use --method external "
             "(drive on this host) or --method full"
         )
     if options.method == "external" and target.storage != "nvme":
-        raise FlashError(f"{target.yocto_machine} boots from its SD card: use --method sdcard or --method full")
+        raise FlashUsageError(f"{target.yocto_machine} boots from its SD card: use --method sdcard or --method full")
     if options.method == "external" and not options.device:
-        raise FlashError("--method external needs --device /dev/sdX (the NVMe drive in its USB adapter)")
+        raise FlashUsageError("--method external needs --device /dev/sdX (the NVMe drive in its USB adapter)")
     if options.method in USB_METHODS and options.device:
-        raise FlashError(f"--method {options.method} writes the board over USB; --device is only for "
-                         "--method sdcard or external")
+        raise FlashUsageError(f"--method {options.method} writes the board over USB; --device is only for "
+                              "--method sdcard or external")
 
 
 def run_orin_flash(
-    options: FlashOptions, yocto_machine: str, interactive: bool | None = None
+    options: FlashOptions, machine: str, interactive: bool | None = None
 ) -> list[str]:
-    """Flash an Orin; returns summary lines. Raises FlashError, having written nothing to a
-    device that fails the safety checks and run no script when the board or host is not ready."""
+    """Flash an Orin (`--machine` NAME of tools/build.py); returns summary lines. Raises
+    FlashError, having written nothing to a device that fails the safety checks and run no
+    script when the board, the host or the package is not ready. With provisioning, the
+    package's data partition image gets it first (tools/provision.py)."""
     interactive = sys.stdin.isatty() if interactive is None else interactive
-    target = orin_target(yocto_machine)
-    if options.provisioning.wanted:
-        # Provisioning is written onto the A/B data partition; the Orin image has no A/B
-        # updater and so no data partition yet (docs/layer.md, "Jetson Orin").
-        raise FlashError(
-            "--server-url/--token-file/--role/--label need an image with a data partition (A/B updates), "
-            "which the Orin image does not have yet: flash without them and write "
-            "/etc/rancher/k3s/config.yaml on the board (docs/layer.md, Joining a cluster)"
-        )
+    target = orin_target(MACHINES[machine].yocto_machine)
+    token = provisioning_token(options)
     if options.sd_image is not None:
         # An SD image made earlier (--method sdcard without --device): the Nano's bmaptool write.
-        if not options.device:
-            raise FlashError("--sd-image needs --device /dev/sdX (the SD card to write)")
-        written = write_sd_image(options, options.sd_image, euid=os.geteuid(), interactive=interactive)
-        return [f"wrote {options.sd_image} to /dev/{written.name}"]
+        return write_image_file(options, options.sd_image, os.geteuid(), interactive, token)
     check_method(options, target)
-    package = tegraflash_package(options, target)
+    refuse_provisioning_nowhere(options)
+    check_device_argument(options)
+    package = tegraflash_package(options, machine)
+    try:
+        check_role(options.provisioning, manifest_beside(package), machine)
+    except ProvisionError as error:
+        raise FlashError(str(error)) from None
     over_usb = options.method in USB_METHODS
     if options.device:
         # Refuse an unsafe device now, before unpacking gigabytes; the size is checked later.
@@ -283,28 +271,14 @@ def run_orin_flash(
     with tempfile.TemporaryDirectory(prefix="gpu-k8s-flash-") as temp:
         workdir = Path(temp)
         unpack(package, workdir, options.dry_run)
+        provisioned = ([provision_package(options, package, workdir, token, machine)]
+                       if options.provisioning.wanted else [])
         if over_usb:
-            return [initrd_flash(options, board, workdir)]
+            return [*provisioned, initrd_flash(options, board, workdir)]
         if options.device:
-            return [write_with_script(options, target, workdir, interactive)]
-        return [make_sd_image(options, target, workdir)]
+            return [*provisioned, write_with_script(options, target, workdir, interactive)]
+        return [make_sd_image(options, target, workdir, package)]
 
 
 def is_orin(yocto_machine: str) -> bool:
     return yocto_machine in ORIN_TARGETS
-
-
-def flashable_machines() -> list[str]:
-    """The `--machine` names `./task flash` takes: the Nano's and every Orin one."""
-    return [name for name, target in MACHINES.items()
-            if target.yocto_machine == NANO.yocto_machine or is_orin(target.yocto_machine)]
-
-
-def flash_machine(machine: str, options: FlashOptions) -> list[str]:
-    """`./task flash --machine NAME`: the Nano's path (tools/flash.py) or the Orin's."""
-    if machine not in flashable_machines():
-        raise FlashError(f"--machine {machine!r} cannot be flashed; choose one of: {', '.join(flashable_machines())}")
-    yocto_machine = MACHINES[machine].yocto_machine
-    if is_orin(yocto_machine):
-        return run_orin_flash(options, yocto_machine)
-    return run_flash(options)

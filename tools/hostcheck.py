@@ -86,7 +86,8 @@ def check_host_tools(which: Callable[[str], str | None]) -> list[Problem]:
     ]
 
 
-def own_clone_steps(repo_root: Path, origin_url: str | None, bundle: Path = Path("/tmp/meta-gpu-k8s.bundle")) -> str:
+def own_clone_steps(repo_root: Path, origin_url: str | None, bundle: Path = Path("/tmp/meta-gpu-k8s.bundle"),
+                    next_step: str = "./task build") -> str:
     """How a root user gives a normal user a clone of their own. `su builder` inside root's
     clone cannot work: /root is mode 0700, and kas and git refuse a checkout another user
     owns. A network origin can be cloned again; a local one (a path, file://) is owned by
@@ -99,7 +100,7 @@ def own_clone_steps(repo_root: Path, origin_url: str | None, bundle: Path = Path
         prepare = f"git -C {repo_root} bundle create {source} --all && chmod 644 {source} && "
     return (
         f"{prepare}adduser builder && su - builder -c 'git clone {source} meta-gpu-k8s', "
-        "then as builder: cd meta-gpu-k8s && ./task build (docs/tooling.md, 'Building as root')"
+        f"then as builder: cd meta-gpu-k8s && {next_step} (docs/tooling.md, 'Building as root')"
     )
 
 
@@ -119,15 +120,19 @@ def origin_url(repo_root: Path) -> str | None:
     return completed.stdout.strip() or None if completed.returncode == 0 else None
 
 
-def check_not_root(euid: int, repo_root: Path | None = None) -> list[Problem]:
+def check_not_root(euid: int, repo_root: Path | None = None, next_step: str = "./task build") -> list[Problem]:
+    """bitbake refuses root for a build and for the parse check-image runs alike; next_step
+    is the task to run again as the other user."""
     if euid != 0:
         return []
     if repo_root is None:
         from tools.paths import REPO_ROOT
 
         repo_root = REPO_ROOT
-    steps = own_clone_steps(repo_root, origin_url(repo_root))
-    return [Problem("running as root: bitbake refuses to build as root", f"as root: {steps}")]
+    steps = own_clone_steps(repo_root, origin_url(repo_root), next_step=next_step)
+    reason = ("running as root: bitbake refuses to build as root" if next_step.startswith("./task build") else
+              "running as root: check-image parses the recipes with bitbake, which refuses to run as root")
+    return [Problem(reason, f"as root: {steps}")]
 
 
 def _normalise_locale(name: str) -> str:
@@ -182,11 +187,12 @@ def gather_host_facts(build_dir: Path) -> HostFacts:
 
 
 def check_build_host(
-    facts: HostFacts, min_free_gb: int, which: Callable[[str], str | None] = shutil.which
+    facts: HostFacts, min_free_gb: int, which: Callable[[str], str | None] = shutil.which,
+    next_step: str = "./task build",
 ) -> list[Problem]:
     """Every reason this host cannot run a Yocto build, empty when it can."""
     return [
-        *check_not_root(facts.euid),
+        *check_not_root(facts.euid, next_step=next_step),
         *check_free_disk(facts.build_dir, facts.free_bytes, min_free_gb),
         *check_host_tools(which),
         *check_locale(facts.locales),

@@ -83,6 +83,7 @@ def check_manifest(
     classes: list[str],
     cuda_packages: list[str],
     runtime_reverse: Path | None = None,
+    role: str | None = None,
 ) -> tuple[Path, list[req.Finding]]:
     """Raises FileNotFoundError when the build left no manifest."""
     manifest = find_manifest(deploy_dir, image, machine)
@@ -99,5 +100,5 @@ def check_manifest(
             return by_original[name], f"{name} renamed while packaging"
         return None
 
-    requirements = req.requirements_for(classes, cuda_packages)
+    requirements = req.requirements_for(classes, cuda_packages, role=role)
     return manifest, req.evaluate(requirements, has, builtin_modules(deploy_dir, machine))

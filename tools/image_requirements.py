@@ -100,13 +100,20 @@ def machine_classes(overrides: Collection[str], target_arch: str, nvidia: bool =
     return classes
 
 
-def _common() -> list[Requirement]:
+def _k3s_unit(role: str | None) -> Requirement:
+    if role is None:
+        return Requirement(("k3s-server", "k3s-agent"), "the k3s systemd unit for the node's role",
+                           title="k3s-server or k3s-agent")
+    return Requirement((f"k3s-{role}",), f"the k3s {role} unit: the image was asked for as a {role} "
+                       f"(--role {role}); without it the node does not take that role")
+
+
+def _common(role: str | None = None) -> list[Requirement]:
     return [
         Requirement(("docker", "docker-ce", "docker-moby"),
                     "k3s runs every pod through docker (docker: true); without it no pod starts"),
         Requirement(("k3s",), "the Kubernetes node itself"),
-        Requirement(("k3s-server", "k3s-agent"), "the k3s systemd unit for the node's role",
-                    title="k3s-server or k3s-agent"),
+        _k3s_unit(role),
         Requirement(("gpu-device-plugin",),
                     "advertises nvidia.com/gpu to the kubelet; without it GPU pods stay Pending"),
         Requirement(("python3-hpack",),
@@ -240,8 +247,9 @@ def _qemu() -> list[Requirement]:
 
 
 def requirements_for(classes: Collection[str], cuda_packages: Sequence[str] = (),
-                     k3s_requirements: Path = K3S_KERNEL_REQUIREMENTS) -> list[Requirement]:
-    requirements = _common()
+                     k3s_requirements: Path = K3S_KERNEL_REQUIREMENTS, role: str | None = None) -> list[Requirement]:
+    """role: the k3s role the image must take (server/agent); None accepts either unit."""
+    requirements = _common(role)
     if JETSON in classes:
         requirements += _jetson(cuda_packages, orin=JETSON_ORIN in classes)
     if X86_64 in classes:

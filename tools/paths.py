@@ -7,7 +7,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VENVS_DIR = REPO_ROOT / ".venvs"
-BUILD_ROOT = REPO_ROOT / "build"
+# Every machine's kas work dir, the shared downloads and sstate, and releases live under it;
+# GPU_K8S_BUILD_ROOT moves all of them at once (a larger disk; the tests' temporary trees).
+BUILD_ROOT = Path(os.environ.get("GPU_K8S_BUILD_ROOT") or REPO_ROOT / "build").expanduser().absolute()
 
 
 def user_cache_dir() -> Path:

@@ -2,16 +2,18 @@
 
 invoke says "No idea what '--artifcat-url' is!" and "'rollout' did not receive required
 positional arguments: 'version'"; this names the task, the option it needs (as an option,
-which is how the docs write it), the closest known name, and where the help is. Run by the
+which is how the docs write it), the closest known name, and where the help is, and exits 2
+like every other usage error of the tasks (tools/usage.py; invoke itself exits 1). Run by the
 `task` script in place of the `invoke` binary; standard library and invoke only."""
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import sys
 
-from invoke import Collection, Program, __version__
+from invoke import Collection, Exit, Program, __version__
 from invoke.exceptions import ParseError
 from invoke.parser import ParserContext
 
@@ -55,16 +57,36 @@ def explain(message: str, context: ParserContext | None, collection: Collection 
     return f"no task or option {token!r}{hint} (./task --list)"
 
 
+USAGE_EXIT = 2  # tools/usage.py's EXIT_USAGE (this file runs before tools/ is importable)
+
+
 class TaskProgram(Program):
+    def parse_core(self, argv: list[str] | None) -> None:
+        try:
+            super().parse_core(argv)
+        except ParseError as error:
+            raise Exit(explain(str(error), getattr(error, "context", None), None), code=USAGE_EXIT) from None
+
     def parse_tasks(self) -> None:
         try:
             super().parse_tasks()
         except ParseError as error:
             context = getattr(error, "context", None)
-            raise ParseError(explain(str(error), context, getattr(self, "collection", None)), context) from None
+            message = explain(str(error), context, getattr(self, "collection", None))
+            raise Exit(message, code=USAGE_EXIT) from None
 
 
 program = TaskProgram(name="meta-gpu-k8s tasks", binary="./task", version=__version__)
 
+def main() -> int:
+    try:
+        program.run()
+    except BrokenPipeError:
+        # `./task --help flash | head`: the reader left; no traceback (Python's documented way).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(program.run())
+    sys.exit(main())

@@ -17,6 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools import tegraflash_layout
+from tools.usage import UsageError
+
 # Where gpu-k8s-data keeps provisioning files, relative to the data partition's root.
 NODE_CONFIG_DIR = "gpu-k8s/node-config"
 TOKEN_PATH_ON_NODE = "/etc/rancher/k3s/token"
@@ -30,6 +33,10 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 class ProvisionError(Exception):
     """Bad provisioning input, or it could not be written; the message names the fix."""
+
+
+class ProvisionUsageError(ProvisionError, UsageError):
+    """A provisioning option value that can never be written (exit status 2)."""
 
 
 @dataclass(frozen=True)
@@ -47,30 +54,30 @@ class Provisioning:
 def validate(provisioning: Provisioning) -> str:
     """Check every option before anything is flashed; returns the token."""
     if provisioning.role is not None and provisioning.role not in ROLES:
-        raise ProvisionError(f"--role must be server or agent, got {provisioning.role!r}")
+        raise ProvisionUsageError(f"--role must be server or agent, got {provisioning.role!r}")
     if provisioning.server_url is not None:
         url = urllib.parse.urlparse(provisioning.server_url)
         if url.scheme != "https" or not url.hostname:
-            raise ProvisionError(f"--server-url {provisioning.server_url!r} must be https://HOST:6443 (the k3s "
+            raise ProvisionUsageError(f"--server-url {provisioning.server_url!r} must be https://HOST:6443 (the k3s "
                                  "server's API address)")
     if provisioning.role == "agent" and not provisioning.server_url:
-        raise ProvisionError("--role agent needs --server-url https://SERVER:6443 and --token-file FILE")
+        raise ProvisionUsageError("--role agent needs --server-url https://SERVER:6443 and --token-file FILE")
     if bool(provisioning.server_url) != bool(provisioning.token_file):
-        raise ProvisionError("--server-url and --token-file go together: an agent needs both to join "
+        raise ProvisionUsageError("--server-url and --token-file go together: an agent needs both to join "
                              "(the token is /var/lib/rancher/k3s/server/node-token on the server)")
     for label in provisioning.labels:
         key, sep, value = label.partition("=")
         if not sep or not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
-            raise ProvisionError(f"--label {label!r} is not KEY=VALUE with a Kubernetes label key and value "
+            raise ProvisionUsageError(f"--label {label!r} is not KEY=VALUE with a Kubernetes label key and value "
                                  "(e.g. --label site=lab-2)")
     token = ""
     if provisioning.token_file is not None:
         try:
             token = provisioning.token_file.read_text(encoding="utf-8").strip()
         except OSError as error:
-            raise ProvisionError(f"--token-file {provisioning.token_file}: {error.strerror}") from None
+            raise ProvisionUsageError(f"--token-file {provisioning.token_file}: {error.strerror}") from None
         if not token or "\n" in token:
-            raise ProvisionError(f"--token-file {provisioning.token_file} must hold the join token on one line "
+            raise ProvisionUsageError(f"--token-file {provisioning.token_file} must hold the join token on one line "
                                  "(copy the server's /var/lib/rancher/k3s/server/node-token)")
     return token
 
@@ -108,14 +115,15 @@ def image_role(manifest: Path) -> str | None:
     return None
 
 
-def check_role(provisioning: Provisioning, manifest: Path | None) -> None:
+def check_role(provisioning: Provisioning, manifest: Path | None, machine: str = "MACHINE") -> None:
     if provisioning.role is None or manifest is None:
         return
     built = image_role(manifest)
     if built is not None and built != provisioning.role:
         raise ProvisionError(
-            f"--role {provisioning.role}, but this image was built as a k3s {built} ({manifest.name}): build it "
-            f"with GPU_K8S_K3S_ROLE = \"{provisioning.role}\" (kas/include/agent.yml for an agent), or drop --role"
+            f"--role {provisioning.role}, but this image was built as a k3s {built} ({manifest}): build the "
+            f"{provisioning.role} image with ./task build --machine {machine} --role {provisioning.role} and flash "
+            "that one, or drop --role"
         )
 
 
@@ -240,23 +248,84 @@ def manifest_beside(image: Path) -> Path | None:
     return None
 
 
-def into_unpacked_package(workdir: Path, provisioning: Provisioning, token: str, dry_run: bool) -> str:
-    """USB flashing: the tegraflash package's data partition image (its DATAFILE, a copy in
-    the temporary work directory) gets the files before doflash.sh writes it."""
-    images = sorted(workdir.glob("*.dataimg"))
-    if dry_run and not images:
-        return "would write the provisioning into the package's .dataimg"
-    if len(images) != 1:
+REBUILD = ("rebuild the image (./task build) and flash the board with the new package: provisioning lives on the "
+           "data partition, which a board gets from a full flash of such a package")
+
+
+def data_image_in(package_dir: Path, rebuild: str = REBUILD) -> tuple[Path, tegraflash_layout.DataPartition]:
+    """The unpacked package's data partition image, found through its flash layouts
+    (tools/tegraflash_layout.py). Raises ProvisionError naming what the package lacks."""
+    try:
+        partitions = tegraflash_layout.data_partitions(package_dir)
+    except tegraflash_layout.LayoutError as error:
+        raise ProvisionError(f"this tegraflash package has {error}") from None
+    layouts = " and ".join(name for name in tegraflash_layout.LAYOUTS if (package_dir / name).is_file())
+    if not partitions:
         raise ProvisionError(
-            "this tegraflash package has no data partition image (.dataimg): provisioning needs an A/B image "
-            "(docs/fleet.md); without it, write /etc/rancher/k3s/config.yaml on the board"
+            f"this tegraflash package has no data partition ({layouts} give no partition the "
+            f"{tegraflash_layout.DATA_TOKEN} image): it was built without one, by an image from before the data "
+            f"partition or without A/B updates; {rebuild}"
         )
-    offset = data_partition_offset(images[0])
-    target = f"{images[0]}?offset={offset}" if offset else str(images[0])
+    first = partitions[0]
+    if not first.image:
+        raise ProvisionError(
+            f"this tegraflash package's {first.layout} has a data partition ({first.partition}) but the package "
+            f"carries no image for it ({tegraflash_layout.DATA_TOKEN} is empty); {rebuild}"
+        )
+    image = package_dir / first.image
+    if not image.is_file():
+        raise ProvisionError(f"this tegraflash package names {first.image} for its data partition ({first.partition} "
+                             f"in {first.layout}) but holds no such file; {rebuild}")
+    try:
+        with image.open("rb") as handle:
+            label = _ext_label(handle, 0)
+    except OSError as error:
+        raise ProvisionError(f"cannot read {image.name}: {error.strerror}") from None
+    if label != DATA_LABEL:
+        raise ProvisionError(f"{first.image}, this package's data partition image, is not an ext4 file system labelled "
+                             f"'{DATA_LABEL}' (MENDER_DATA_PART_LABEL); {rebuild}")
+    return image, first
+
+
+def _tar_flags(package: Path) -> list[str]:
+    if package.name.endswith(".zst"):
+        return ["--zstd"]
+    return ["-z"] if package.name.endswith((".gz", ".tgz")) else []
+
+
+def _tar(package: Path, args: Sequence[str]) -> str:
+    completed = subprocess.run(["tar", *_tar_flags(package), *args], capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        lines = [line for line in completed.stderr.splitlines() if line.strip()]
+        raise ProvisionError(f"cannot read {package.name}: {lines[-1] if lines else 'tar failed'}")
+    return completed.stdout
+
+
+def peek_package(package: Path, into: Path) -> None:
+    """For a dry run: only the members the data-partition check reads, not the gigabytes."""
+    names = _tar(package, ["-tf", str(package)]).splitlines()
+    small = [name for name in names if tegraflash_layout.small_members(Path(name).name)]
+    if small:
+        _tar(package, ["-xf", str(package), "-C", str(into), "--", *small])
+    try:
+        wanted = {part.image for part in tegraflash_layout.data_partitions(into) if part.image}
+    except tegraflash_layout.LayoutError:
+        return  # data_image_in says what is wrong
+    images = [name for name in names if Path(name).name in wanted]
+    if images:
+        _tar(package, ["-xf", str(package), "-C", str(into), "--", *images])
+
+
+def into_unpacked_package(workdir: Path, provisioning: Provisioning, token: str, dry_run: bool,
+                          rebuild: str = REBUILD) -> str:
+    """USB flashing and the flash scripts: the tegraflash package's data partition image (a
+    copy in the temporary work directory) gets the files before anything is flashed."""
+    image, partition = data_image_in(workdir, rebuild)
+    where = f"{image.name} (partition {partition.partition} of {partition.layout})"
     if dry_run:
-        return f"would write the provisioning into {images[0].name}"
-    write_files(target, node_files(provisioning, token))
-    return summary(provisioning)
+        return f"would write the provisioning into {where}"
+    write_files(str(image), node_files(provisioning, token))
+    return summary(provisioning) + f" ({where})"
 
 
 def onto_device(image: Path, device_file: Path, provisioning: Provisioning, token: str, prefix: Sequence[str],

@@ -23,8 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tools import build, console
+from tools import build, console, provision
 from tools.paths import BUILD_ROOT
+from tools.usage import UsageError
 
 CHUNK = 4 * 1024 * 1024
 HEADER_NAMES = ("header.tar.gz", "header.tar.xz", "header.tar", "header.tar.zst")
@@ -34,6 +35,10 @@ L4T_PACKAGES = ("nv-tegra-release", "tegra-libraries-core")
 
 class ReleaseError(Exception):
     """Nothing to release, or an artifact we must not serve; the message says what to do."""
+
+
+class ReleaseUsageError(ReleaseError, UsageError):
+    """An option value that names nothing to release."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,7 @@ class ArtifactInfo:
     payload_types: list[str]
     machine: str
     signed: bool
+    role: str | None = None  # the k3s role, from the image's manifest
     l4t_version: str | None = None
     k3s_version: str | None = None
     source: str = field(default="", repr=False)
@@ -160,8 +166,18 @@ def release_candidates(deploy_dir: Path) -> list[Path]:
     return sorted(p for p in deploy_dir.glob("*.mender") if p.is_file())
 
 
-def machines_to_release(options: ReleaseOptions) -> list[tuple[str, Path]]:
-    """(Yocto machine, deploy dir) pairs to look in."""
+@dataclass(frozen=True)
+class Source:
+    """A deploy directory to release from, and what built it."""
+
+    machine: str  # the Yocto MACHINE
+    directory: Path
+    built_by: str  # how a person names the build: `--machine x86-64 --role agent`, or the directory
+
+
+def machines_to_release(options: ReleaseOptions) -> list[Source]:
+    """The deploy dirs to look in: --deploy-dir; else every role's build of the --kas
+    file's machine; else every machine's and role's build."""
     if options.deploy_dir is not None:
         if not options.deploy_dir.is_dir():
             # A typo, not a missing build: "build first" would send the person the wrong way.
@@ -170,70 +186,152 @@ def machines_to_release(options: ReleaseOptions) -> list[tuple[str, Path]]:
                 "(e.g. build/jetson-nano/build/tmp/deploy/images/jetson-nano-devkit), or leave it out"
             )
         machine = _machine_for_kas(options.kas).yocto_machine if options.kas else options.deploy_dir.name
-        return [(machine, options.deploy_dir)]
+        return [Source(machine, options.deploy_dir, "--deploy-dir")]
     names = [_machine_name_for_kas(options.kas)] if options.kas else list(build.MACHINES)
-    found = []
+    found: list[Source] = []
     for name in names:
-        build_options = build.BuildOptions(machine=name, build_dir=options.build_dir if options.kas else None)
-        env = build.build_environment(build_options, os.environ)
-        found.append((build.MACHINES[name].yocto_machine, build.deploy_dir(build_options, env)))
+        default = build.MACHINES[name].default_role
+        for role in [default, *(role for role in build.ROLES if role != default)]:
+            directory = build.built_deploy_dir(name, role, options.build_dir if options.kas else None)
+            if all(source.directory != directory for source in found):
+                role_flag = "" if role == build.MACHINES[name].default_role else f" --role {role}"
+                found.append(Source(build.MACHINES[name].yocto_machine, directory, f"--machine {name}{role_flag}"))
     return found
 
 
 def _machine_name_for_kas(kas: str) -> str:
     wanted = Path(kas).as_posix().removeprefix("./")
     for name, target in build.MACHINES.items():
-        if target.kas_file == wanted or Path(target.kas_file).name == Path(wanted).name:
+        if target.kas_file == wanted:
+            return name
+    for name, target in build.MACHINES.items():
+        if target.kas_file.split(":", 1)[0] == wanted.split(":", 1)[0]:
             return name
     known = ", ".join(target.kas_file for target in build.MACHINES.values())
-    raise ReleaseError(f"--kas {kas}: not one of our kas files ({known})")
+    raise ReleaseUsageError(f"--kas {kas}: not one of our kas files ({known})")
 
 
 def _machine_for_kas(kas: str) -> build.MachineTarget:
     return build.MACHINES[_machine_name_for_kas(kas)]
 
 
+def expected_payload(yocto_machine: str) -> str | None:
+    """The payload type the machine's boards install (build.MACHINES), None when unknown."""
+    types = {target.update_payload for target in build.MACHINES.values() if target.yocto_machine == yocto_machine}
+    return types.pop() if len(types) == 1 else None
+
+
+def check_payload(path: Path, machine: str, payload_types: list[str]) -> None:
+    """An artifact of the other Mender scheme installs on no board of this machine: an Orin
+    flashed with the native scheme takes tegra-rootfs-image only (and the reverse)."""
+    expected = expected_payload(machine)
+    if expected and payload_types != [expected]:
+        raise ReleaseError(
+            f"{path.name} carries payload {', '.join(payload_types) or '(none)'}, but {machine} boards install "
+            f"{expected} artifacts (docs/fleet.md): it was built with another Mender integration; rebuild it with "
+            "this repository's kas files"
+        )
+
+
+def describe_sources(sources: list[Source], empty: list[Source]) -> str:
+    """Where release looked, for a person: the builds that exist but hold no artifact by name;
+    the machines and roles never built only in a count (they are no candidates)."""
+    built = [source for source in empty if source.directory.is_dir()]
+    unbuilt = [source for source in empty if not source.directory.is_dir()]
+    parts = [f"{source.directory} ({source.built_by}) holds no .mender artifact: an image without A/B updates, or "
+             "a build that stopped before it" for source in built]
+    if len(sources) == 1 and unbuilt:
+        parts.append(f"{unbuilt[0].directory} does not exist")
+    elif not built:
+        parts.append(f"no machine has been built under {BUILD_ROOT} yet")
+    elif unbuilt:
+        parts.append(f"the {len(unbuilt)} other machine and role builds do not exist")
+    return "; ".join(parts)
+
+
 def collect(options: ReleaseOptions) -> list[ArtifactInfo]:
     artifacts: list[ArtifactInfo] = []
-    looked = []
-    for machine, deploy_dir in machines_to_release(options):
-        looked.append(str(deploy_dir))
-        for path in release_candidates(deploy_dir) if deploy_dir.is_dir() else []:
-            details = read_mender(path)
-            if not details["signed"]:
-                raise ReleaseError(
-                    f"{path} is not signed (no manifest.sig): the images only install signed artifacts. "
-                    "Set MENDER_ARTIFACT_SIGNING_KEY (and MENDER_ARTIFACT_VERIFY_KEY) and rebuild (docs/fleet.md)"
-                )
-            if options.verify_key is not None:
-                verify_signature(path, options.verify_key)
-            manifest = path.with_name(path.name.removesuffix(".mender") + ".manifest")
-            is_tegra = machine.startswith("jetson") or "tegra" in machine
-            artifacts.append(ArtifactInfo(
-                file=path.name,
-                sha256=file_sha256(path),
-                size_bytes=path.stat().st_size,
-                artifact_name=str(details["artifact_name"]),
-                device_types=list(details["device_types"]),  # type: ignore[arg-type]
-                payload_types=list(details["payload_types"]),  # type: ignore[arg-type]
-                machine=machine,
-                signed=True,
-                l4t_version=image_manifest_versions(manifest, L4T_PACKAGES) if is_tegra else None,
-                k3s_version=image_manifest_versions(manifest, K3S_PACKAGES),
-                source=str(path),
-            ))
+    sources = machines_to_release(options)
+    empty = []
+    for source in sources:
+        candidates = release_candidates(source.directory) if source.directory.is_dir() else []
+        if not candidates:
+            empty.append(source)
+        for path in candidates:
+            artifacts.append(artifact_info(path, source.machine, options.verify_key))
     if not artifacts:
         raise ReleaseError(
-            "nothing to release: no .mender artifact in " + ", ".join(looked)
-            + ". Build first (./task build --machine jetson-nano), or name the directory with --deploy-dir"
+            f"nothing to release: {describe_sources(sources, empty)}. Build first (./task build --machine MACHINE "
+            "[--role agent]), or name the directory with --deploy-dir"
         )
+    one_per_device_type(artifacts)
     return artifacts
 
 
+def artifact_info(path: Path, machine: str, verify_key: Path | None) -> ArtifactInfo:
+    details = read_mender(path)
+    if not details["signed"]:
+        raise ReleaseError(
+            f"{path} is not signed (no manifest.sig): the images only install signed artifacts. "
+            "Set MENDER_ARTIFACT_SIGNING_KEY (and MENDER_ARTIFACT_VERIFY_KEY) and rebuild (docs/fleet.md)"
+        )
+    payload_types = list(details["payload_types"])  # type: ignore[call-overload]
+    check_payload(path, machine, payload_types)
+    if verify_key is not None:
+        verify_signature(path, verify_key)
+    manifest = path.with_name(path.name.removesuffix(".mender") + ".manifest")
+    if not manifest.is_file():
+        manifest = provision.manifest_beside(path) or manifest
+    is_tegra = machine.startswith("jetson") or "tegra" in machine
+    return ArtifactInfo(
+        file=path.name,
+        sha256=file_sha256(path),
+        size_bytes=path.stat().st_size,
+        artifact_name=str(details["artifact_name"]),
+        device_types=list(details["device_types"]),  # type: ignore[call-overload]
+        payload_types=payload_types,
+        machine=machine,
+        signed=True,
+        role=provision.image_role(manifest),
+        l4t_version=image_manifest_versions(manifest, L4T_PACKAGES) if is_tegra else None,
+        k3s_version=image_manifest_versions(manifest, K3S_PACKAGES),
+        source=str(path),
+    )
+
+
+def one_per_device_type(artifacts: list[ArtifactInfo]) -> None:
+    """A rollout's Plans pick nodes by device type: two artifacts of one type would both reach
+    the same nodes (a server image onto an agent, or the x86-64 image of two series)."""
+    owners: dict[str, ArtifactInfo] = {}
+    for artifact in artifacts:
+        for device_type in artifact.device_types:
+            first = owners.setdefault(device_type, artifact)
+            if first is not artifact:
+                raise ReleaseError(
+                    f"{first.file} and {artifact.file} both install on device type {device_type}: a release holds "
+                    "one artifact per device type, since the fleet's nodes are picked by it. Release one build "
+                    "with --kas or --deploy-dir; a second role of one machine gets its own device type when built "
+                    "with ./task build --role (MACHINE-agent or MACHINE-server)"
+                )
+
+
+def mender_artifact_tool() -> str | None:
+    """mender-artifact on PATH, else the one a build made for itself (mender-artifact-native)."""
+    on_path = shutil.which("mender-artifact")
+    if on_path:
+        return on_path
+    built = sorted(BUILD_ROOT.glob("*/build/tmp/sysroots-components/*/mender-artifact-native/usr/bin/mender-artifact"))
+    return str(built[-1]) if built else None
+
+
 def verify_signature(path: Path, key: Path) -> None:
-    tool = shutil.which("mender-artifact")
+    tool = mender_artifact_tool()
     if tool is None:
-        raise ReleaseError("--verify-key needs mender-artifact on PATH (https://docs.mender.io/downloads)")
+        raise ReleaseError(
+            "--verify-key needs mender-artifact: sudo apt-get install mender-artifact (Debian 12, Ubuntu), or "
+            "any ./task build of an A/B image makes one (build/*/build/tmp/sysroots-components/*/"
+            "mender-artifact-native/usr/bin), or Mender's downloads page (https://docs.mender.io/downloads)"
+        )
     if not key.is_file():
         raise ReleaseError(f"--verify-key {key}: no such file")
     result = subprocess.run([tool, "validate", "-k", str(key), str(path)], capture_output=True, text=True,
@@ -314,17 +412,30 @@ def l4t_changes(artifacts: list[ArtifactInfo], releases_dir: Path, version: str)
     return changes
 
 
+def next_steps(version: str, output: Path, artifacts: list[ArtifactInfo]) -> list[str]:
+    """The rollout that serves every device type of this release, one Plan pair each; a single
+    artifact may also go by its URL."""
+    steps = [f"then: ./task rollout --version {version} --release {output} --base-url http://HOST:8080/ "
+             f"(one Plan pair per device type: {', '.join(t for a in artifacts for t in a.device_types)})"]
+    if len(artifacts) == 1:
+        steps.append(f"  or: ./task rollout --version {version} --artifact-url http://HOST:8080/{artifacts[0].file}")
+    return steps
+
+
 def run_release(options: ReleaseOptions) -> tuple[Path, list[ArtifactInfo]]:
     console.step("collecting signed Mender artifacts")
     artifacts = collect(options)
     version = release_version(artifacts)
     output = (options.output or BUILD_ROOT / "release" / version).absolute()
     write_release(artifacts, output)
-    rows = [[a.machine, a.file, console.human_size(a.size_bytes), a.l4t_version or "-", a.k3s_version or "-",
-             a.sha256[:16]] for a in artifacts]
-    console.summary(f"release {version} in {output}", ["machine", "artifact", "size", "L4T", "k3s", "sha256"], rows)
+    rows = [[a.machine, ", ".join(a.device_types), a.role or "-", ", ".join(a.payload_types), a.file,
+             console.human_size(a.size_bytes), a.l4t_version or "-", a.k3s_version or "-", a.sha256[:16]]
+            for a in artifacts]
+    console.summary(f"release {version} in {output}",
+                    ["machine", "device type", "role", "payload", "artifact", "size", "L4T", "k3s", "sha256"], rows)
     for change in l4t_changes(artifacts, output.parent, version):
         console.warn(change)
     console.info(f"serve it: python3 -m http.server --directory {output} 8080")
-    console.info(f"then: ./task rollout --version {version} --artifact-url http://HOST:8080/{artifacts[0].file}")
+    for line in next_steps(version, output, artifacts):
+        console.info(line)
     return output, artifacts

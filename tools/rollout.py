@@ -27,6 +27,7 @@ import jinja2
 import yaml
 
 from tools import console
+from tools.usage import UsageError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "rollout"
 NAMESPACE = "system-upgrade"
@@ -60,6 +61,10 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-
 
 class RolloutError(Exception):
     """The rollout cannot go ahead or stopped; the message names the problem and the fix."""
+
+
+class RolloutUsageError(RolloutError, UsageError):
+    """An option value or combination no cluster could take."""
 
 
 @dataclass(frozen=True)
@@ -103,46 +108,46 @@ def parse_selector(selector: str | None) -> list[tuple[str, str]]:
     prefix, slash, name = key.rpartition("/")
     valid_key = bool(_LABEL_NAME.match(name)) and (not slash or (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix)))
     if not sep or not valid_key or not _LABEL_NAME.match(value):
-        raise RolloutError(
+        raise RolloutUsageError(
             f"--selector {selector!r} is not KEY=VALUE with a Kubernetes label key and value "
             "(e.g. --selector site=lab-2)"
         )
     if key == RING_LABEL:
-        raise RolloutError(f"--selector cannot use {RING_LABEL}: that label picks the ring; use --ring")
+        raise RolloutUsageError(f"--selector cannot use {RING_LABEL}: that label picks the ring; use --ring")
     return [(key, value)]
 
 
 def validate(options: RolloutOptions) -> None:
     """Every check that needs no cluster; one line naming the problem and the fix."""
     if not _VERSION.match(options.version) or len(options.version) > 63:
-        raise RolloutError(
+        raise RolloutUsageError(
             f"--version {options.version!r} must be 1-63 letters, digits, '.', '_', '+' or '-', starting and "
             "ending with a letter or digit (it becomes a Kubernetes label value), e.g. 1.4.0"
         )
     if not options.artifacts:
-        raise RolloutError("no artifact to roll out: give --artifact-url URL --device-type TYPE, or --release DIR "
+        raise RolloutUsageError("no artifact to roll out: give --artifact-url URL --device-type TYPE, or --release DIR "
                            "--base-url URL")
     for artifact in options.artifacts:
         check_artifact(artifact)
     types = [artifact.device_type for artifact in options.artifacts]
     if len(set(types)) != len(types):
-        raise RolloutError(f"two artifacts for one device type ({', '.join(sorted(types))}): give one per type")
+        raise RolloutUsageError(f"two artifacts for one device type ({', '.join(sorted(types))}): give one per type")
     if options.ring not in RINGS:
-        raise RolloutError(f"--ring must be one of {', '.join(RINGS)}, got {options.ring!r}")
+        raise RolloutUsageError(f"--ring must be one of {', '.join(RINGS)}, got {options.ring!r}")
     if options.concurrency < 1:
-        raise RolloutError(f"--concurrency must be 1 or more, got {options.concurrency}")
+        raise RolloutUsageError(f"--concurrency must be 1 or more, got {options.concurrency}")
     parse_selector(options.selector)
 
 
 def check_artifact(artifact: Artifact) -> None:
     url = urllib.parse.urlparse(artifact.url)
     if url.scheme not in ("http", "https") or not url.netloc:
-        raise RolloutError(
+        raise RolloutUsageError(
             f"--artifact-url {artifact.url!r} must be an http(s) URL every node can reach, "
             "e.g. http://updates.lan/1.4.0/gpu-k8s-image-jetson-nano-devkit.mender (see ./task release)"
         )
     if not _DEVICE_TYPE.match(artifact.device_type):
-        raise RolloutError(
+        raise RolloutUsageError(
             f"device type {artifact.device_type!r} must be 1-45 lower-case letters, digits or '-' (it names "
             "the Plans), e.g. jetson-nano-devkit"
         )
@@ -164,9 +169,22 @@ def device_type_of(node: Mapping[str, Any]) -> str:
     return (node.get("metadata", {}).get("labels") or {}).get(DEVICE_TYPE_LABEL, "")
 
 
+def check_base_url(base_url: str) -> str:
+    """--base-url as the nodes will use it: an http(s) URL ending in '/'."""
+    url = urllib.parse.urlparse(base_url)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        guess = "http://" + base_url.split("://", 1)[-1].lstrip("/")
+        raise RolloutUsageError(
+            f"--base-url {base_url!r} must be an http(s) URL the nodes can reach, with its scheme: e.g. "
+            f"{guess.rstrip('/')}/ (where ./task release's directory is served)"
+        )
+    return base_url if base_url.endswith("/") else base_url + "/"
+
+
 def artifacts_from_release(release_dir: Path, base_url: str, version: str) -> tuple[Artifact, ...]:
     """One artifact per device type from a `./task release` directory (release.json), served
     from base_url."""
+    base = check_base_url(base_url)
     manifest = release_dir / "release.json"
     try:
         release = json.loads(manifest.read_text(encoding="utf-8"))
@@ -175,8 +193,7 @@ def artifacts_from_release(release_dir: Path, base_url: str, version: str) -> tu
     except (OSError, ValueError) as error:
         raise RolloutError(f"--release {release_dir}: cannot read release.json ({error})") from None
     if release.get("version") != version:
-        raise RolloutError(f"{manifest} is release {release.get('version')!r}, not --version {version}")
-    base = base_url if base_url.endswith("/") else base_url + "/"
+        raise RolloutUsageError(f"{manifest} is release {release.get('version')!r}, not --version {version}")
     found = []
     for entry in release.get("artifacts") or []:
         for device_type in entry.get("device_types") or []:
@@ -208,18 +225,18 @@ def resolve_artifacts(
     """The task's artifact options, as one Artifact per device type."""
     if release_dir is not None:
         if artifact_url or device_type:
-            raise RolloutError("give either --release DIR --base-url URL, or --artifact-url URL, not both")
+            raise RolloutUsageError("give either --release DIR --base-url URL, or --artifact-url URL, not both")
         if not base_url:
-            raise RolloutError(f"--release {release_dir} needs --base-url: where the nodes download its files, "
+            raise RolloutUsageError(f"--release {release_dir} needs --base-url: where the nodes download its files, "
                                "e.g. http://updates.lan:8080/")
         return artifacts_from_release(release_dir, base_url, version)
     if not artifact_url:
-        raise RolloutError("missing --artifact-url URL (with --device-type TYPE), or --release DIR --base-url URL")
+        raise RolloutUsageError("missing --artifact-url URL (with --device-type TYPE), or --release DIR --base-url URL")
     if device_type:
         return (Artifact(device_type, artifact_url),)
     types = device_types_from_releases(artifact_url, version, releases)
     if not types:
-        raise RolloutError(
+        raise RolloutUsageError(
             f"which device type does {artifact_url} install on? pass --device-type (e.g. jetson-nano-devkit; "
             f"the node label {DEVICE_TYPE_LABEL}), or roll out a whole release with --release DIR --base-url URL"
         )
@@ -300,20 +317,32 @@ def cluster_unreachable(message: str) -> bool:
     return any(sign in text for sign in _UNREACHABLE)
 
 
+def crd_failure(stderr: str) -> str:
+    """What kubectl's failure to read the Plan CRD means, with the fix: only a NotFound from
+    the API server says the controller is missing."""
+    said = last_line(stderr)
+    text = stderr.lower()
+    if cluster_unreachable(stderr):
+        return (f"cannot reach the cluster ({said}): point KUBECONFIG at it, or set GPU_K8S_KUBECTL (e.g. "
+                "'k3s kubectl' on a server node)")
+    if "unauthorized" in text or "must be logged in" in text:
+        return (f"the cluster refused kubectl's credentials ({said}): use a current kubeconfig (a k3s server's "
+                "/etc/rancher/k3s/k3s.yaml, its server address changed to one this host reaches) in KUBECONFIG")
+    if "forbidden" in text:
+        return (f"kubectl's user may not read the cluster's CRDs ({said}): a rollout creates Plans and follows "
+                "nodes and jobs, so use a cluster-admin kubeconfig (a k3s server's /etc/rancher/k3s/k3s.yaml)")
+    if "(notfound)" in text or "not found" in text:
+        return ("system-upgrade-controller is not installed in this cluster (no plans.upgrade.cattle.io CRD): it "
+                f"ships with the image's k3s server manifests; is this the fleet's server? ({said})")
+    return f"kubectl get crd plans.upgrade.cattle.io failed: {said}"
+
+
 def preflight(options: RolloutOptions, kubectl: Kubectl) -> list[str]:
     """Refuse before applying anything when the rollout could not work or would touch a
     node that cannot install its artifact. Returns notes about nodes left out."""
     crd = kubectl(["get", "crd", "plans.upgrade.cattle.io"], None)
     if crd.returncode != 0:
-        if cluster_unreachable(crd.stderr):
-            raise RolloutError(
-                f"cannot reach the cluster ({last_line(crd.stderr)}): point KUBECONFIG at it, or set "
-                "GPU_K8S_KUBECTL (e.g. 'k3s kubectl' on a server node)"
-            )
-        raise RolloutError(
-            "system-upgrade-controller is not installed in this cluster (no plans.upgrade.cattle.io CRD): "
-            f"it ships with the image's k3s server manifests ({last_line(crd.stderr)})"
-        )
+        raise RolloutError(crd_failure(crd.stderr))
     selector = parse_selector(options.selector)
     nodes = [n for n in kubectl_json(kubectl, "get", "nodes").get("items", [])
              if all((n.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in selector)]

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tools import console, qemu
-from tools.build import BuildOptions, deploy_dir, machine_target
+from tools.build import MACHINES, BuildOptions, deploy_dir, machine_target
 from tools.build import build_environment as kas_environment
+from tools.usage import UsageError
 
 UNITS = ("docker", "k3s", "gpu-device-plugin")
 # The QEMU image also imports the smoke and pause images into docker at boot (oneshot,
@@ -39,6 +40,10 @@ K3S_CONFIG_FILES = "/etc/rancher/k3s/config.yaml /etc/rancher/k3s/config.yaml.d/
 
 class SmokeTestError(Exception):
     pass
+
+
+class SmokeTestUsageError(SmokeTestError, UsageError):
+    """An option value the smoke test can never take (exit status 2)."""
 
 
 @dataclass(frozen=True)
@@ -454,12 +459,26 @@ def find_qemu_image(environ: Mapping[str, str]) -> tuple[Path, Path]:
 QEMU_IMAGE_SUFFIXES = (".uefiimg", ".ext4")
 
 
+def board_machine_in(name: str) -> str | None:
+    """The Yocto MACHINE of a board that a file name carries (bitbake names images
+    IMAGE-MACHINE...), None for qemux86-64 or a name without one."""
+    boards = {target.yocto_machine for target in MACHINES.values()} - {machine_target("qemu").yocto_machine}
+    return next((machine for machine in sorted(boards, key=len, reverse=True) if f"-{machine}" in name), None)
+
+
 def check_bootable_in_qemu(image: Path) -> None:
     """A board's image (a Jetson .sdcard or tegraflash package, a genericx86-64 disk) does not
-    boot in the smoke test's qemux86-64: say so, rather than ask for a kernel."""
-    if image.suffix in QEMU_IMAGE_SUFFIXES:
+    boot in the smoke test's qemux86-64: say so, rather than ask for a kernel or firmware."""
+    board = board_machine_in(image.name)
+    if image.suffix in QEMU_IMAGE_SUFFIXES and board is None:
         return
-    raise SmokeTestError(
+    if board is not None:
+        raise SmokeTestUsageError(
+            f"--image {image.name} is a {board} image: the QEMU smoke test boots the qemux86-64 build's .uefiimg "
+            "or .ext4 (./task build); flash a board's image (./task flash) and check the board with "
+            "./task smoke-test --host root@BOARD"
+        )
+    raise SmokeTestUsageError(
         f"--image {image.name}: the QEMU smoke test boots a qemux86-64 .uefiimg or .ext4 (./task build); "
         "a board's image is flashed (./task flash) and checked with ./task smoke-test --host BOARD"
     )
@@ -532,7 +551,7 @@ def run_smoke_test(
     when anything failed; QEMU is stopped on every path."""
     environ = os.environ if environ is None else environ
     if options.runtime is not None and options.runtime not in RUNTIMES:
-        raise SmokeTestError(f"--runtime must be auto, {' or '.join(RUNTIMES)}, got {options.runtime!r}")
+        raise SmokeTestUsageError(f"--runtime must be auto, {' or '.join(RUNTIMES)}, got {options.runtime!r}")
     base = settings or CheckSettings(pod_sleep_s=options.pod_sleep_s,
                                      units_timeout_s=options.checks_timeout_s,
                                      node_timeout_s=options.checks_timeout_s,
@@ -558,11 +577,11 @@ def run_smoke_test(
         given = "--kernel" if options.kernel else f"the kernel QEMU boots ({kernel.name} beside the image)"
         raise SmokeTestError(f"{given}: {kernel} does not exist; pass --kernel PATH to the qemux86-64 bzImage")
     if options.memory_mib < qemu.MIN_MEMORY_MIB:  # before the probe: bad input is refused at once
-        raise SmokeTestError(f"--memory-mib must be at least {qemu.MIN_MEMORY_MIB} (k3s needs it), "
+        raise SmokeTestUsageError(f"--memory-mib must be at least {qemu.MIN_MEMORY_MIB} (k3s needs it), "
                              f"got {options.memory_mib}")
     firmware = uefi_firmware(rootfs)
     if firmware and options.kernel_args:
-        raise SmokeTestError(f"--kernel-args does not apply to {rootfs.name}: GRUB on the disk sets the kernel "
+        raise SmokeTestUsageError(f"--kernel-args does not apply to {rootfs.name}: GRUB on the disk sets the kernel "
                              "command line (boot the .ext4 with --image to pass arguments)")
     log_dir = options.log_dir or rootfs.parent
     settings_for_qemu = dataclasses.replace(

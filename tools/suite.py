@@ -50,13 +50,14 @@ QUICK_SKIPS = ("oldest", "kirkstone")  # both Python 3.10: the slowest venvs to 
 @dataclass
 class LegResult:
     name: str
-    status: str  # pass, FAIL, NO TESTS, skipped
+    status: str  # pass, FAIL, INCOMPLETE, PARTIAL, NO TESTS, skipped
     seconds: float
     detail: str = ""
 
     @property
     def failed(self) -> bool:
-        return self.status == "FAIL"
+        # INCOMPLETE: tests the run was asked for could not run; never a quiet pass.
+        return self.status in ("FAIL", "INCOMPLETE")
 
 
 def run_leg(name: str, body: Callable[[], tuple[str, str]]) -> LegResult:
@@ -104,10 +105,21 @@ def ruff_leg() -> tuple[str, str]:
 
 
 def tools_leg(host_setup: bool = True) -> tuple[str, str]:
-    env = testdeps.prepare_qemu_test_host(host_setup)
-    detail_note = "" if env else "QEMU tests skipped (see warning above)"
-    status, detail = run_pytest(sys.executable, ["tests/tools", "tests/layer"], env)
-    return status, "; ".join(part for part in (detail, detail_note) if part)
+    setup = testdeps.qemu_test_setup(host_setup)
+    status, detail = run_pytest(sys.executable, ["tests/tools", "tests/layer"], setup.env)
+    return with_qemu_verdict(status, detail, setup)
+
+
+def with_qemu_verdict(status: str, detail: str, setup: testdeps.QemuTestSetup) -> tuple[str, str]:
+    """A leg whose QEMU tests were skipped never reads "pass": INCOMPLETE (a failure) when
+    the host setup that would have let them run failed, PARTIAL under --no-host-setup."""
+    if not setup.skipped or status != "pass":
+        note = f"QEMU tests skipped: {setup.skipped}" if setup.skipped else ""
+        return status, "; ".join(part for part in (detail, note) if part)
+    if setup.asked:
+        return "INCOMPLETE", (f"QEMU tests skipped: {setup.skipped}; fix that and run again, or "
+                              "./task test --no-host-setup to run without them")
+    return "PARTIAL", f"QEMU tests skipped: {setup.skipped}"
 
 
 def plugin_leg(combination: PluginCombination) -> Callable[[], tuple[str, str]]:

@@ -6,13 +6,19 @@ the user cache (apt-get download + dpkg-deb -x: no postinst, nothing changes in 
 keeping only the kernel and the one module the tests load (a few MB, not the package's
 ~400 MB). It says so before doing it; `./task test --no-host-setup` (or
 GPU_K8S_TEST_NO_HOST_SETUP=1) changes nothing on the host. When the QEMU tests cannot run,
-they skip and say why (KERNEL_DIR_VARIABLE unset)."""
+they skip and say why (KERNEL_DIR_VARIABLE unset), and the suite's leg says so instead of
+"pass". Another apt process (unattended-upgrades, a second terminal) holding apt's locks is
+waited for, not taken as a reason to skip."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tools import console
@@ -37,6 +43,54 @@ def _quiet(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProc
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
 
 
+# How long to wait for another apt process before giving up. apt-get install waits for the
+# dpkg lock itself (DPkg::Lock::Timeout); apt-get update does not for the package lists' lock
+# (apt 2.6 fails at once), so that one is waited for here.
+APT_LOCK_TIMEOUT_S = 900
+APT_LISTS_LOCK = Path("/var/lib/apt/lists/lock")
+LOCK_POLL_S = 1.0
+_LOCK_HELD = "could not get lock"
+
+
+def lock_is_free(path: Path) -> bool:
+    """Whether nobody holds apt's lock on path (a POSIX record lock, as apt takes it)."""
+    try:
+        descriptor = os.open(path, os.O_RDWR)
+    except OSError:
+        return True  # no lock file (or not ours to check): apt-get will say
+    try:
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(descriptor)  # closing drops the lock we may have taken
+    return True
+
+
+def wait_for_lock(path: Path, timeout_s: float, clock: Callable[[], float] = time.monotonic,
+                  pause: Callable[[float], None] = time.sleep) -> bool:
+    """True once the lock on path is free, False when timeout_s passed first."""
+    deadline = clock() + timeout_s
+    while not lock_is_free(path):
+        if clock() >= deadline:
+            return False
+        pause(LOCK_POLL_S)
+    return True
+
+
+def update_package_lists() -> str | None:
+    """apt-get update, waiting for another apt process that holds the lists' lock; None
+    when done, else why not. Other failures (no network) are left to the install to judge."""
+    deadline = time.monotonic() + APT_LOCK_TIMEOUT_S
+    while True:
+        updated = _quiet(["apt-get", "update", "-qq"])
+        if updated.returncode == 0 or _LOCK_HELD not in updated.stderr.lower():
+            return None
+        console.info(f"another apt process holds {APT_LISTS_LOCK}: waiting for it (at most {APT_LOCK_TIMEOUT_S} s)")
+        if not wait_for_lock(APT_LISTS_LOCK, max(0.0, deadline - time.monotonic())):
+            return f"another apt process held {APT_LISTS_LOCK} for {APT_LOCK_TIMEOUT_S} s"
+
+
 def install_apt_packages() -> str | None:
     """None when the packages are there; otherwise why they are not."""
     if shutil.which("dpkg-query") is None:
@@ -47,8 +101,11 @@ def install_apt_packages() -> str | None:
     if os.geteuid() != 0:
         return f"missing {' '.join(missing)} and not root: sudo apt-get install {' '.join(missing)}"
     console.info(f"installing {' '.join(missing)} for the QEMU tests (apt-get)")
-    _quiet(["apt-get", "update", "-qq"])
-    installed = _quiet(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing])
+    problem = update_package_lists()
+    if problem:
+        return problem
+    installed = _quiet(["apt-get", "-o", f"DPkg::Lock::Timeout={APT_LOCK_TIMEOUT_S}", "install", "-y", "-qq",
+                        "--no-install-recommends", *missing])
     if installed.returncode != 0:
         return f"apt-get install {' '.join(missing)} failed: {installed.stderr.strip()[-300:]}"
     return None
@@ -111,23 +168,36 @@ def prepare_kernel() -> tuple[Path | None, str]:
 NO_HOST_SETUP_VARIABLE = "GPU_K8S_TEST_NO_HOST_SETUP"
 
 
-def prepare_qemu_test_host(host_setup: bool = True) -> dict[str, str]:
-    """Environment for pytest: where the test kernel is; empty when the QEMU tests must skip."""
+@dataclass(frozen=True)
+class QemuTestSetup:
+    env: dict[str, str]  # for pytest: where the test kernel is; empty when the QEMU tests skip
+    skipped: str = ""  # why they skip ('' when they run)
+    asked: bool = True  # host setup was asked for (not --no-host-setup)
+
+
+def qemu_test_setup(host_setup: bool = True) -> QemuTestSetup:
     console.step("preparing the host for the QEMU tests")
     if not host_setup or os.environ.get(NO_HOST_SETUP_VARIABLE) == "1":
         cached = sorted((user_cache_dir() / "test-kernel").glob("linux-image-*/boot/vmlinuz-*"))
         console.warn("host setup skipped (--no-host-setup): nothing installed or downloaded; "
                      "QEMU tests run only if qemu, busybox-static and a cached test kernel are already there")
-        return {KERNEL_DIR_VARIABLE: str(cached[-1].parent.parent)} if cached else {}
+        if cached:
+            return QemuTestSetup({KERNEL_DIR_VARIABLE: str(cached[-1].parent.parent)}, asked=False)
+        return QemuTestSetup({}, "--no-host-setup and no cached test kernel", asked=False)
     console.info(f"as root this installs {' '.join(APT_PACKAGES)} with apt-get when missing, and keeps a "
                  f"Debian kernel (a few MB) in {user_cache_dir() / 'test-kernel'}; --no-host-setup skips it")
     problem = install_apt_packages()
     if problem:
         console.warn(f"QEMU tests will be SKIPPED: {problem}")
-        return {}
+        return QemuTestSetup({}, problem)
     kernel_dir, note = prepare_kernel()
     if kernel_dir is None:
         console.warn(f"QEMU tests will be SKIPPED: {note}")
-        return {}
+        return QemuTestSetup({}, note)
     console.info(f"test kernel: {note}")
-    return {KERNEL_DIR_VARIABLE: str(kernel_dir)}
+    return QemuTestSetup({KERNEL_DIR_VARIABLE: str(kernel_dir)})
+
+
+def prepare_qemu_test_host(host_setup: bool = True) -> dict[str, str]:
+    """Environment for pytest: where the test kernel is; empty when the QEMU tests must skip."""
+    return qemu_test_setup(host_setup).env

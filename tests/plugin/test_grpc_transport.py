@@ -255,15 +255,25 @@ def test_ping_is_answered_and_continuation_frames_make_one_request(served: tuple
     raw.close()
 
 
-def test_a_compressed_message_is_refused_and_the_connection_goes_on(served: tuple[Server, Toy, str]) -> None:
+@pytest.mark.parametrize(("encoding", "code"), [
+    (None, StatusCode.INTERNAL),  # gRPC: without grpc-encoding the compressed flag must be 0
+    (b"identity", StatusCode.INTERNAL),
+    (b"gzip", StatusCode.UNIMPLEMENTED),  # an encoding we do not decode
+])
+def test_a_compressed_message_is_refused_and_the_connection_goes_on(served: tuple[Server, Toy, str],
+                                                                     encoding: bytes | None,
+                                                                     code: StatusCode) -> None:
     _, _, path = served
     raw = Raw(path)
     message = allocate_request("z").SerializeToString()
-    raw.send(raw.call_headers(1, UNARY), h2.frame(h2.DATA, h2.END_STREAM, 1, struct.pack(">BI", 1, len(message))
-                                                  + message),
+    extra = [(b"grpc-encoding", encoding)] if encoding else []
+    block = h2.header_block([(b":method", b"POST"), (b":scheme", b"http"), (b":path", UNARY.encode()),
+                             (b"content-type", b"application/grpc"), (b"te", b"trailers"), *extra])
+    raw.send(h2.frame(h2.HEADERS, h2.END_HEADERS, 1, block),
+             h2.frame(h2.DATA, h2.END_STREAM, 1, struct.pack(">BI", 1, len(message)) + message),
              raw.call_headers(3, UNARY), h2.frame(h2.DATA, h2.END_STREAM, 3, h2.grpc_message(message)))
     got = list(raw.frames(wait=0.5))
-    assert trailers(got, 1)[b"grpc-status"] == str(int(StatusCode.UNIMPLEMENTED)).encode()
+    assert trailers(got, 1)[b"grpc-status"] == str(int(code)).encode()
     assert trailers(got, 3)[b"grpc-status"] == b"0"
     raw.close()
 

@@ -37,6 +37,8 @@ def test_values_are_valid_kubernetes_label_values(text: str, value: str) -> None
 def test_family_follows_compute_capability() -> None:
     assert [family(5, 3), family(7, 2), family(7, 5), family(8, 7), family(8, 9), family(4, 0)] == [
         "maxwell", "volta", "turing", "ampere", "ada-lovelace", ""]
+    # Blackwell: data centre 10.x, Jetson Thor 11.0 (meta-tegra's TEGRA_CUDA_ARCHITECTURE 110), RTX 12.x
+    assert [family(10, 0), family(11, 0), family(12, 0)] == ["blackwell"] * 3
 
 
 def test_no_gpu_means_no_labels() -> None:

@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 
 from gpu_device_plugin.observability import Status, health_status, render_metrics
-from helpers import run_simulated, short_tempdir
+from helpers import run_simulated, short_tempdir, wait_until
 from kubelet_double import KubeletDouble
 
 SERVING = Status(version="0.1.0", backend="simulated", resource="nvidia.com/gpu", healthy_devices=2,
@@ -63,7 +63,9 @@ def test_listener_reports_live_state_of_the_running_daemon() -> None:
             endpoint = kubelet.wait_registered()
             endpoint.wait_for(lambda d: len(d) == 2)
             endpoint.allocate(["sim-gpu-0"])
-            assert get(f"{base}/healthz") == (200, "ok\n")
+            # the kubelet has the plugin once Register dialled back; the plugin counts itself registered
+            # when Register's answer reaches it, which a loaded machine may deliver a moment later
+            assert wait_until(lambda: get(f"{base}/healthz") == (200, "ok\n"), 10)
             code, metrics = get(f"{base}/metrics")
             assert code == 200
             assert 'gpu_device_plugin_devices{resource="nvidia.com/gpu",health="healthy"} 2' in metrics

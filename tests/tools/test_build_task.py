@@ -63,7 +63,7 @@ def test_machine_choice_picks_kas_file_and_default_image(tmp_path: Path) -> None
 
 
 def test_unknown_machine_names_the_choices() -> None:
-    with pytest.raises(build.BuildError, match="choose one of: qemu, x86-64, x86-64-scarthgap, jetson-nano"):
+    with pytest.raises(build.BuildUsageError, match="choose one of: qemu, x86-64, x86-64-scarthgap, jetson-nano"):
         build.machine_target("raspberrypi4")
 
 
@@ -105,12 +105,25 @@ def test_dry_run_prints_the_exact_command_and_runs_nothing(
 ) -> None:
     stand_ins.add("kas", KAS_STAND_IN)
     monkeypatch.setattr(build, "kas_executable", lambda: "kas")
-    monkeypatch.setattr(build, "refuse_unfit_host", lambda o, e: [hostcheck.Problem("running as root", "x")])
+    monkeypatch.setattr(build, "refuse_unfit_host", lambda o, e: [])
     assert build.run_build(options_in(tmp_path, dry_run=True), environ={}) == []
     out = capsys.readouterr().out
     assert "would run: cd " in out
     assert "kas build --target gpu-k8s-image-dev kas/qemu-x86-64.yml" in out
+    assert stand_ins.calls("kas") == []
+
+
+def test_a_dry_run_that_a_real_build_would_stop_at_shows_the_commands_and_fails(
+    tmp_path: Path, stand_ins, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stand_ins.add("kas", KAS_STAND_IN)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    monkeypatch.setattr(build, "refuse_unfit_host", lambda o, e: [hostcheck.Problem("running as root", "x")])
+    with pytest.raises(build.BuildError, match="dry run: a real build would stop at the 1 problem"):
+        build.run_build(options_in(tmp_path, dry_run=True), environ={})
+    out = capsys.readouterr().out
     assert "a real build would stop here" in out
+    assert "kas build --target gpu-k8s-image-dev kas/qemu-x86-64.yml" in out, "the commands are still shown"
     assert stand_ins.calls("kas") == []
 
 
@@ -286,15 +299,30 @@ def test_an_ab_build_without_signing_keys_stops_before_kas_in_one_line(tmp_path:
     monkeypatch.setattr(hostcheck, "gather_host_facts", lambda path: hostcheck.HostFacts(
         path, free_bytes=500 * GIB, euid=1000, locales=("en_US.utf8",)))
     monkeypatch.setattr(hostcheck, "check_host_tools", lambda which=None: [])
-    options = build.BuildOptions(machine="x86-64", build_dir=tmp_path / "x86")
+    options = build.BuildOptions(machine="x86-64", build_dir=tmp_path / "x86", accept_nvidia_licence=True)
     with pytest.raises(build.BuildError, match="cannot build yet"):
         build.run_build(options, environ={})
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if "MENDER_ARTIFACT_SIGNING_KEY" in line]
     assert "fix: signed update artifacts are required" in line and "site.conf" in line
     assert stand_ins.calls("kas") == [], "no build work started"
-    build.run_build(dataclass_replace(options, dry_run=True), environ={})
+    with pytest.raises(build.BuildError, match="dry run: a real build would stop"):
+        build.run_build(dataclass_replace(options, dry_run=True), environ={})
     assert "MENDER_ARTIFACT_SIGNING_KEY and MENDER_ARTIFACT_VERIFY_KEY are not set" in capsys.readouterr().out
+
+
+def test_the_signing_check_reads_every_kas_file_of_the_argument_not_only_the_first(tmp_path: Path) -> None:
+    """--machine jetson-agx-orin is kas/jetson-orin-nano.yml:kas/include/machine-...yml; an
+    A/B setting in any part counts (a machine override, a role include, a local.yml)."""
+    from tools import preflight
+
+    (tmp_path / "top.yml").write_text("header:\n  version: 14\nmachine: m\n")
+    (tmp_path / "ab.yml").write_text("header:\n  version: 14\nlocal_conf_header:\n  x: |\n"
+                                      "    INHERIT += \"gpu_k8s_mender\"\n")
+    argument = preflight.kas_paths("top.yml:ab.yml", root=tmp_path)
+    assert preflight.signing_problem(argument[:1], "gpu-k8s-image", {}, tmp_path / "site.conf") == ""
+    assert "MENDER_ARTIFACT_SIGNING_KEY" in preflight.signing_problem(argument, "gpu-k8s-image", {},
+                                                                      tmp_path / "site.conf")
 
 
 def test_keys_from_the_environment_or_site_conf_satisfy_the_check(tmp_path: Path) -> None:
@@ -321,3 +349,110 @@ def test_a_kas_failure_for_lack_of_network_names_the_network_and_the_mirror_opti
         build.run_build(options_in(tmp_path), environ={})
     first = str(failure.value).splitlines()[0]
     assert "check the network" in first and "KAS_REPO_REF_DIR" in first and "KAS_PREMIRRORS" in first
+
+
+# ---------------------------------------------------------------- roles
+
+
+def test_each_role_has_its_kas_include_and_work_dir_and_the_default_role_keeps_the_old_place(tmp_path: Path) -> None:
+    def command(machine: str, role: str | None) -> process.Command:
+        return build.kas_build_command(build.BuildOptions(machine=machine, role=role), environ={})
+
+    plain = command("jetson-orin-nano", None)
+    assert plain.argv[-1] == "kas/jetson-orin-nano.yml"
+    assert plain.env["KAS_WORK_DIR"] == str(build.BUILD_ROOT / "jetson-orin-nano")
+    assert command("jetson-orin-nano", "server").argv[-1] == "kas/jetson-orin-nano.yml"
+    agent = command("jetson-orin-nano", "agent")
+    assert agent.argv[-1] == "kas/jetson-orin-nano.yml:kas/include/agent.yml"
+    assert agent.env["KAS_WORK_DIR"] == str(build.BUILD_ROOT / "jetson-orin-nano-agent")
+    sd_agent = command("jetson-orin-nano-sd", "agent")
+    assert sd_agent.argv[-1] == ("kas/jetson-orin-nano.yml:kas/include/machine-jetson-orin-nano-devkit.yml:"
+                                 "kas/include/agent.yml")
+    nano_server = command("jetson-nano", "server")
+    assert nano_server.argv[-1] == "kas/jetson-nano.yml:kas/include/server.yml"
+    assert nano_server.env["KAS_WORK_DIR"] == str(build.BUILD_ROOT / "jetson-nano-server")
+    assert command("jetson-nano", "agent").env["KAS_WORK_DIR"] == str(build.BUILD_ROOT / "jetson-nano")
+    with pytest.raises(build.BuildUsageError, match="--role must be server or agent, got 'master'"):
+        command("x86-64", "master")
+    for include in build.ROLE_INCLUDES.values():
+        assert (build.REPO_ROOT / include).is_file(), include
+
+
+def test_default_roles_are_the_layers_own(tmp_path: Path) -> None:
+    """tools/build.py's table says what gpu_k8s_role.bbclass decides, SoC by SoC."""
+    import re
+
+    text = (build.REPO_ROOT / "meta-gpu-k8s/classes/gpu_k8s_role.bbclass").read_text()
+    defaults = dict(re.findall(r'^GPU_K8S_DEFAULT_K3S_ROLE(?::(\w+))? = "(\w+)"', text, re.M))
+    soc = {"jetson-nano-devkit": "tegra210"}  # the only SoC override the class has
+    assert set(defaults) - {""} == set(soc.values()), "a new override in the class: add its machines here"
+    for name, target in build.MACHINES.items():
+        expected = defaults.get(soc.get(target.yocto_machine, ""), defaults[""])
+        assert target.default_role == expected, name
+
+
+def test_a_role_that_is_not_the_default_gets_its_own_device_type_in_its_include() -> None:
+    """Release and rollout pick nodes by Mender device type: the other role's image must not
+    share the machine's, or an agent artifact would reach its server (docs/fleet.md)."""
+    import yaml
+
+    def local_conf(include: str) -> str:
+        return "".join((yaml.safe_load((build.REPO_ROOT / include).read_text())["local_conf_header"]).values())
+
+    agent, server = local_conf(build.ROLE_INCLUDES["agent"]), local_conf(build.ROLE_INCLUDES["server"])
+    assert 'GPU_K8S_K3S_ROLE = "agent"' in agent and 'GPU_K8S_K3S_ROLE = "server"' in server
+    assert 'MENDER_DEVICE_TYPE = "${MACHINE}-agent"' in agent
+    assert 'MENDER_DEVICE_TYPE:tegra210 = "${MACHINE}"' in agent, "an agent is the Nano's default: no suffix"
+    assert 'MENDER_DEVICE_TYPE:tegra210 = "${MACHINE}-server"' in server
+    assert "MENDER_DEVICE_TYPE =" not in server, "a server is every other machine's default: no suffix"
+
+
+def test_the_licence_is_checked_up_front_for_the_image_that_carries_the_driver(tmp_path: Path, monkeypatch,
+                                                                              capsys) -> None:
+    monkeypatch.setattr(hostcheck, "gather_host_facts", lambda path: hostcheck.HostFacts(
+        path, free_bytes=500 * GIB, euid=1000, locales=("en_US.utf8",)))
+    monkeypatch.setattr(hostcheck, "check_host_tools", lambda which=None: [])
+    keys = {"GPU_K8S_ARTIFACT_SIGNING": "off"}
+    options = build.BuildOptions(machine="x86-64", build_dir=tmp_path / "x86", dry_run=True)
+    with pytest.raises(build.BuildError, match="dry run: a real build would stop at the 1 problem"):
+        build.run_build(options, environ=keys)
+    out = capsys.readouterr().out
+    assert "NVIDIA's driver licence is not accepted" in out and "pass --accept-nvidia-licence" in out
+    assert "would run: " in out and "kas/x86-64.yml" in out
+    build.run_build(dataclass_replace(options, accept_nvidia_licence=True), environ=keys)
+    assert "kas/x86-64.yml:kas/include/nvidia-licence.yml" in capsys.readouterr().out
+    for machine in ("qemu", "x86-64-scarthgap", "jetson-orin-nano"):  # no NVIDIA driver in these images
+        build.run_build(build.BuildOptions(machine=machine, build_dir=tmp_path / machine, dry_run=True), environ=keys)
+
+
+def test_root_refusal_names_the_build_to_rerun(tmp_path: Path) -> None:
+    facts = hostcheck.HostFacts(tmp_path, free_bytes=500 * GIB, euid=0, locales=("en_US.utf8",))
+    options = build.BuildOptions(machine="jetson-orin-nano", role="agent")
+    (problem,) = hostcheck.check_build_host(facts, 100, which=lambda tool: "/x",
+                                            next_step=build.build_command_line(options))
+    assert problem.fix.endswith("cd meta-gpu-k8s && ./task build --machine jetson-orin-nano --role agent "
+                                "(docs/tooling.md, 'Building as root')")
+
+
+def test_flash_and_release_find_what_build_made_for_every_machine_and_role(tmp_path: Path) -> None:
+    for name, target in build.MACHINES.items():
+        for role in build.ROLES:
+            options = build.BuildOptions(machine=name, role=role)
+            env = build.build_environment(options, {})
+            made = build.deploy_dir(options, env)
+            assert build.built_deploy_dir(name, role, environ={}) == made, (name, role)
+            assert made.name == target.yocto_machine
+    work = tmp_path / "big-disk" / "orin"
+    options = build.BuildOptions(machine="jetson-orin-nano-sd", build_dir=work)
+    made = build.deploy_dir(options, build.build_environment(options, {}))
+    assert build.built_deploy_dir("jetson-orin-nano-sd", None, work, environ={}) == made
+    (work / "build" / "tmp").mkdir(parents=True)
+    # the kas build dir inside it is taken as meant too
+    assert build.built_deploy_dir("jetson-orin-nano-sd", None, work / "build", environ={}) == made
+
+
+def test_build_dir_wins_over_the_environments_work_dir(tmp_path: Path) -> None:
+    options = build.BuildOptions(machine="x86-64", build_dir=tmp_path / "mine")
+    env = build.build_environment(options, {"KAS_WORK_DIR": "/elsewhere", "KAS_BUILD_DIR": "/elsewhere/build"})
+    assert env["KAS_WORK_DIR"] == str(tmp_path / "mine") and env["KAS_BUILD_DIR"] == str(tmp_path / "mine" / "build")
+    assert build.build_environment(build.BuildOptions(), {"KAS_WORK_DIR": "/elsewhere"})["KAS_WORK_DIR"] == "/elsewhere"

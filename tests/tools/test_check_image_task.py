@@ -103,12 +103,12 @@ def test_main_jetson_closure_is_reported_with_the_missing_driver(
     assert call["argv"][:2] == ["shell", "kas/jetson-nano.yml"]
 
 
-def test_check_image_task_exits_1_with_one_line_for_a_bad_machine() -> None:
+def test_check_image_task_exits_2_with_one_line_for_a_bad_machine() -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "check-image", "--machine", "rpi"],
         capture_output=True, text=True, check=False,
     )
-    assert completed.returncode == 1
+    assert completed.returncode == 2
     assert completed.stderr.strip().splitlines() == [
         "error: unknown machine 'rpi'; choose one of: qemu, x86-64, x86-64-scarthgap, jetson-nano, "
         "jetson-orin-nano, jetson-orin-nano-sd, jetson-agx-orin"]
@@ -141,7 +141,8 @@ def test_an_x86_image_with_the_nvidia_knob_on_but_no_stack_is_told_what_each_pie
     monkeypatch.setattr(build, "kas_executable", lambda: "kas")
     json_path = probe_json(tmp_path, X86_CPU_CLOSURE, ["x86-64", "genericx86-64"], "x86_64", [], nvidia="1")
     monkeypatch.setenv("STAND_IN_PROBE_JSON", str(json_path))
-    options = check_image.CheckImageOptions(machine="x86-64", build_dir=tmp_path / "work")
+    options = check_image.CheckImageOptions(machine="x86-64", build_dir=tmp_path / "work",
+                                            accept_nvidia_licence=True)
     findings = check_image.run_check_image(options, environ={}, euid=1000)
     lacking = [f.requirement.label for f in findings
                if not f.ok and not f.requirement.label.startswith("kernel-module")]
@@ -171,3 +172,55 @@ def test_accepting_the_nvidia_licence_adds_its_include_to_check_and_build() -> N
     assert plain.argv[2] == "kas/x86-64.yml", "nobody accepts the licence for the user"
     built = build.kas_build_command(build.BuildOptions(machine="x86-64", accept_nvidia_licence=True), environ={})
     assert built.argv[-1] == "kas/x86-64.yml:kas/include/nvidia-licence.yml"
+
+
+def test_an_x86_image_without_the_licence_is_refused_before_kas_with_the_fix(tmp_path: Path, stand_ins,
+                                                                            monkeypatch) -> None:
+    stand_ins.add("kas", KAS_STAND_IN)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    options = check_image.CheckImageOptions(machine="x86-64", build_dir=tmp_path / "work")
+    with pytest.raises(check_image.CheckImageError) as refused:
+        check_image.run_check_image(options, environ={}, euid=1000)
+    message = str(refused.value)
+    assert "carries NVIDIA's driver, whose licence is not accepted" in message
+    assert "pass --accept-nvidia-licence" in message and "\n" not in message
+    assert stand_ins.calls("kas") == [], "refused before kas fetched a single layer"
+    site = tmp_path / "work" / "build" / "conf" / "site.conf"
+    site.parent.mkdir(parents=True)
+    site.write_text('LICENSE_FLAGS_ACCEPTED:append = " nvidia-driver"\n')
+    monkeypatch.setenv("STAND_IN_PROBE_JSON", str(probe_json(tmp_path, X86_CPU_CLOSURE, ["x86-64"], "x86_64", [],
+                                                             nvidia="1")))
+    check_image.run_check_image(options, environ={}, euid=1000)
+    assert len(stand_ins.calls("kas")) == 1
+    scarthgap = check_image.CheckImageOptions(machine="x86-64-scarthgap", build_dir=tmp_path / "work2")
+    check_image.run_check_image(scarthgap, environ={}, euid=1000)  # carries no NVIDIA stack: not asked
+
+
+def test_check_image_as_root_says_check_image_cannot_run_as_root_and_how_to_rerun_it(tmp_path: Path) -> None:
+    options = check_image.CheckImageOptions(machine="x86-64", role="agent", accept_nvidia_licence=True)
+    with pytest.raises(check_image.CheckImageError) as refused:
+        check_image.run_check_image(options, environ={}, euid=0)
+    message = str(refused.value)
+    assert message.startswith("running as root: check-image parses the recipes with bitbake, which refuses to run "
+                              "as root")
+    assert "then as builder: cd meta-gpu-k8s && ./task check-image --machine x86-64 --role agent " \
+           "--accept-nvidia-licence" in message
+    assert "./task build" not in message
+
+
+def test_the_role_picks_the_kas_include_the_work_dir_and_the_k3s_unit_asked_for(tmp_path: Path) -> None:
+    agent = check_image.CheckImageOptions(machine="x86-64", role="agent", accept_nvidia_licence=True)
+    command = check_image.probe_command(agent, "gpu-k8s-image", Path("/tmp/x.json"), environ={})
+    assert command.argv[2] == "kas/x86-64.yml:kas/include/agent.yml:kas/include/nvidia-licence.yml"
+    assert command.env["KAS_WORK_DIR"].endswith("/build/x86-64-agent"), "the agent build's own work dir"
+    nano = check_image.CheckImageOptions(machine="jetson-nano", role="agent")
+    assert check_image.probe_command(nano, "gpu-k8s-image", Path("/x"), environ={}).argv[2] == "kas/jetson-nano.yml"
+    with_kas = check_image.CheckImageOptions(kas_file="kas/jetson-orin-nano.yml", role="agent")
+    assert check_image.kas_file_for(with_kas) == "kas/jetson-orin-nano.yml:kas/include/agent.yml"
+    data = json.loads(probe_json(tmp_path, X86_CPU_CLOSURE, ["x86-64"], "x86_64", []).read_text())
+    result = check_image.ProbeResult.from_json(data)  # the closure holds k3s-server
+    def missing(role: str | None) -> set[str]:
+        return {f.requirement.label for f in check_image.closure_findings(result, role) if not f.ok}
+
+    assert missing("agent") - missing(None) == {"k3s-agent"}, "an image asked for as an agent must carry its unit"
+    assert missing("server") == missing(None)

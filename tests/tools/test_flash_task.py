@@ -78,16 +78,46 @@ def test_unsafe_devices_are_refused_and_nothing_is_written(
 def test_refusal_even_when_the_person_confirms_interactively(host_tree, sd_image, stand_ins, monkeypatch) -> None:
     stand_ins.add("bmaptool", BMAPTOOL)
     monkeypatch.setattr("builtins.input", lambda prompt: "/dev/sdc")
-    with pytest.raises(flash.FlashError, match="use --force-device /dev/sdc"):
+    with pytest.raises(flash.FlashError, match=r"mounted: .*\(unmount it first \(sudo umount /dev/sdc1"):
         flash.run_flash(write_options(host_tree, sd_image, "/dev/sdc"), euid=0, interactive=True)
     assert stand_ins.calls("bmaptool") == []
 
 
-def test_force_device_writes_a_mounted_card(host_tree, sd_image, stand_ins) -> None:
+@pytest.mark.parametrize(("device", "reason"), [
+    ("/dev/sda", "it holds / of this host"),
+    ("/dev/sdc", "it is mounted: /dev/sdc1 on /media/user/CARD"),
+])
+def test_no_flag_writes_the_hosts_own_disk_or_a_mounted_one(host_tree, sd_image, stand_ins, monkeypatch,
+                                                             device: str, reason: str) -> None:
     stand_ins.add("bmaptool", BMAPTOOL)
-    options = write_options(host_tree, sd_image, "/dev/sdc", force_device="/dev/sdc")
+    name = device.removeprefix("/dev/")
+    before = device_content(host_tree, name)
+    monkeypatch.setattr("builtins.input", lambda prompt: device)
+    for flags in ({"force_device": device, "yes": True}, {"force_device": name}, {"yes": True}):
+        for interactive in (False, True):
+            with pytest.raises(flash.FlashError) as refused:
+                flash.run_flash(write_options(host_tree, sd_image, device, **flags), euid=0, interactive=interactive)
+            assert reason in str(refused.value) and "--force-device" not in str(refused.value), flags
+    assert stand_ins.calls("bmaptool") == []
+    assert device_content(host_tree, name) == before
+
+
+def test_force_device_writes_an_internal_drive_that_passes_every_other_check(host_tree, sd_image, stand_ins) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    options = write_options(host_tree, sd_image, "/dev/nvme0n1", force_device="/dev/nvme0n1")
     flash.run_flash(options, euid=0, interactive=False)
-    assert device_content(host_tree, "sdc").startswith(b"WRITTEN")
+    assert device_content(host_tree, "nvme0n1").startswith(b"WRITTEN")
+
+
+def test_a_regular_file_as_device_is_named_by_its_real_path_and_nothing_is_written(
+        host_tree, sd_image, stand_ins, tmp_path) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    target = tmp_path / "card.img"
+    target.write_bytes(b"ORIGINAL")
+    with pytest.raises(flash.FlashUsageError) as refused:
+        flash.run_flash(write_options(host_tree, sd_image, str(target), yes=True), euid=0, interactive=False)
+    assert str(refused.value).startswith(f"--device {target} is a regular file ({target}), not a disk")
+    assert stand_ins.calls("bmaptool") == [] and target.read_bytes() == b"ORIGINAL"
 
 
 def test_force_device_must_name_the_target(host_tree, sd_image, stand_ins) -> None:

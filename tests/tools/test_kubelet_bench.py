@@ -22,7 +22,7 @@ def kb():
 
 
 def sample(kb, target: str, p50: float, idle: float = 0.0, start: float = 10.0):
-    return kb.Sample(target, start, start / 2, p50, p50 * 3, 20.0, 15.0, idle, 1.0)
+    return kb.Sample(target, start, start / 2, p50 * 2, p50, p50 * 3, p50 / 2, 20.0, 15.0, idle, 1.0)
 
 
 def test_percentiles_are_observed_values_by_nearest_rank(kb) -> None:

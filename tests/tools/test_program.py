@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ def task(*args: str) -> subprocess.CompletedProcess[str]:
 )
 def test_parse_errors_name_the_option_and_the_closest_match(args: tuple[str, ...], message: str) -> None:
     completed = task(*args)
-    assert completed.returncode == 1
+    assert completed.returncode == 2
     assert completed.stderr.strip() == message or message in completed.stderr
     assert completed.stderr.strip().count("\n") == 0
     assert "positional" not in completed.stderr and "No idea" not in completed.stderr
@@ -38,3 +39,64 @@ def test_the_task_script_runs_this_program() -> None:
     script = (REPO_ROOT / "task").read_text()
     assert '"$repo/tools/program.py" --search-root "$repo"' in script
     assert task("--list").returncode == 0
+
+
+# One bad value per task, as a person would type it: each is a usage error, exit status 2,
+# one line on stderr, and nothing ran (tools/usage.py). Refusals of a valid command exit 1.
+USAGE_ERRORS = [
+    (("build", "--machine", "rpi4", "--dry-run"), "error: unknown machine 'rpi4'"),
+    (("build", "--role", "master", "--dry-run"), "error: --role must be server or agent, got 'master'"),
+    (("build", "--threads", "many", "--dry-run"), "error: --threads must be a whole number >= 1"),
+    (("check-image", "--machine", "rpi4"), "error: unknown machine 'rpi4'"),
+    (("check-image", "--kas", "kas/nope.yml"), "error: kas file kas/nope.yml does not exist"),
+    (("check-image", "--role", "worker"), "error: --role must be server or agent"),
+    (("flash", "--machine", "qemu"), "error: --machine 'qemu' cannot be flashed"),
+    (("flash", "--method", "dd"), "error: unknown --method 'dd'"),
+    (("flash", "--role", "agent"), "error: --role agent needs --server-url"),
+    (("flash", "--machine", "x86-64"), "error: --machine x86-64 writes the node's disk image to a drive: give "
+                                       "--device"),
+    (("flash", "--sd-image", "x.sdcard", "--device", "/tmp/x.img"), "error: --device /tmp/x.img is"),
+    (("smoke-test", "--runtime", "podman"), "error: --runtime must be auto, docker or containerd"),
+    (("smoke-test", "--image", "gpu-k8s-image-jetson-nano-devkit.sdcard"), "is a jetson-nano-devkit image"),
+    (("release", "--kas", "kas/nope.yml"), "error: --kas kas/nope.yml: not one of our kas files"),
+    (("rollout", "--version", "1.4.0", "--ring", "half", "--artifact-url", "http://u/a.mender", "--device-type",
+      "x", "--dry-run"), "error: --ring must be one of canary, fleet, all"),
+    (("rollout", "--version", "1.4.0", "--release", "build/release/1.4.0", "--base-url", "updates.lan:8080"),
+     "error: --base-url 'updates.lan:8080' must be an http(s) URL"),
+    (("rollout", "--versoin", "1.4.0"), "rollout has no option --versoin"),
+    (("no-such-task",), "no task or option 'no-such-task'"),
+    (("--no-such-flag",), "no task or option '--no-such-flag'"),
+]
+
+
+@pytest.mark.parametrize(("args", "says"), USAGE_ERRORS, ids=[" ".join(args) for args, _ in USAGE_ERRORS])
+def test_every_task_exits_2_on_a_usage_error_with_one_line(args: tuple[str, ...], says: str, tmp_path) -> None:
+    completed = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tools/program.py"), "--search-root", str(REPO_ROOT), *args],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+        env={**os.environ, "GPU_K8S_BUILD_ROOT": str(tmp_path / "build"), "PATH": os.environ["PATH"]},
+    )
+    assert (completed.returncode, completed.stderr.strip().count("\n")) == (2, 0), completed.stderr
+    assert says in completed.stderr, completed.stderr
+    assert "Traceback" not in completed.stdout + completed.stderr
+
+
+def test_the_program_uses_the_tasks_usage_status() -> None:
+    from tools import program, usage
+
+    assert program.USAGE_EXIT == usage.EXIT_USAGE == 2 and usage.EXIT_REFUSED == 1
+
+
+def test_the_first_run_without_pypi_says_what_it_needs_and_leaves_no_half_venv(tmp_path) -> None:
+    import shutil
+
+    shutil.copy(REPO_ROOT / "task", tmp_path / "task")
+    (tmp_path / "requirements").mkdir()
+    shutil.copy(REPO_ROOT / "requirements/tools.txt", tmp_path / "requirements/tools.txt")
+    offline = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "", "PIP_CONFIG_FILE": os.devnull}
+    completed = subprocess.run([str(tmp_path / "task"), "--list"], capture_output=True, text=True, timeout=300,
+                               check=False, env=offline)
+    assert completed.returncode == 1
+    assert "error: pip could not install the tooling (requirements/tools.txt) into .venvs/tools." in completed.stderr
+    assert "PIP_INDEX_URL" in completed.stderr and "Traceback" not in completed.stderr
+    assert not (tmp_path / ".venvs" / "tools").exists(), "the next run starts over"

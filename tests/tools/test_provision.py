@@ -5,54 +5,16 @@ the tegraflash scripts."""
 
 from __future__ import annotations
 
-import shutil
-import struct
 import subprocess
 from pathlib import Path
 
 import pytest
+from disk_images import DATA_AT, HAVE_E2FSPROGS, ext4, gpt_disk, read_back
 
 from tools import flash, provision
 
-pytestmark = pytest.mark.skipif(not (shutil.which("debugfs") and shutil.which("mkfs.ext4")),
+pytestmark = pytest.mark.skipif(not HAVE_E2FSPROGS,
                                 reason="needs e2fsprogs (debugfs, mkfs.ext4), as the flash task itself does")
-
-MIB = 1024 * 1024
-DATA_AT = 4 * MIB
-
-
-def ext4(path: Path, label: str, size: int = 8 * MIB) -> Path:
-    with path.open("wb") as out:
-        out.truncate(size)
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-L", label, str(path)], check=True, capture_output=True)
-    return path
-
-
-def gpt_disk(path: Path, tmp_path: Path) -> Path:
-    """A Mender-like disk: a boot partition, a root slot, and the 'data' ext4 at 4 MiB."""
-    entries = bytearray(128 * 128)
-    for index, (first, last) in enumerate(((2048, 4095), (4096 + 0, 4096 + 2047), (DATA_AT // 512, 24575))):
-        struct.pack_into("<16s16sQQ", entries, index * 128, b"\x01" * 16, bytes([index + 1]) * 16, first, last)
-    header = bytearray(512)
-    struct.pack_into("<8sIIIIQQQQ16sQII", header, 0, b"EFI PART", 0x10000, 92, 0, 0, 1, 0, 34, 24575,
-                     b"\x02" * 16, 2, 128, 128)
-    with path.open("wb") as out:
-        out.truncate(12 * MIB)
-        out.seek(512)
-        out.write(header)
-        out.seek(1024)
-        out.write(entries)
-        out.seek(2048 * 512)
-        out.write(ext4(tmp_path / "boot.img", "boot", 1 * MIB).read_bytes())
-        out.seek(DATA_AT)
-        out.write(ext4(tmp_path / "data.img", "data").read_bytes())
-    return path
-
-
-def read_back(target: str, path: str) -> str:
-    return subprocess.run(["debugfs", "-R", f"cat {path}", target], capture_output=True, text=True,
-                          check=True).stdout
-
 
 def mode_of(target: str, path: str) -> str:
     out = subprocess.run(["debugfs", "-R", f"stat {path}", target], capture_output=True, text=True, check=True).stdout
@@ -72,6 +34,16 @@ def agent(token: Path, **changes: object) -> provision.Provisioning:
     values.update(changes)
     return provision.Provisioning(**values)  # type: ignore[arg-type]
 
+
+NANO_LAYOUT = """<?xml version="1.0"?>
+<partition_layout version="01.00.0000">
+    <device type="sdmmc_user" instance="3">
+        <partition name="APP" id="1" type="data"><filename> APPFILE </filename></partition>
+        <partition name="APP_b" id="42" type="data"><filename> APPFILE </filename></partition>
+        <partition name="UDA" id="43" type="data"><filename> DATAFILE </filename></partition>
+    </device>
+</partition_layout>
+"""
 
 COPY_IMAGE = """
 import shutil
@@ -104,9 +76,15 @@ def test_usb_flashing_writes_a_temporary_copy_of_the_packages_data_image(
     content = tmp_path / "tegraflash"
     content.mkdir()
     ext4(content / "gpu-k8s-image-jetson-nano-devkit.dataimg", "data")
+    # The Nano's package as meta-tegra kirkstone makes it: the layout gives UDA the DATAFILE
+    # token, doflash.sh names the file (image_types_tegra.bbclass: DATAARGS).
+    (content / "flash.xml.in").write_text(NANO_LAYOUT)
     capture = tmp_path / "flashed.dataimg"
-    script = stand_ins.add("doflash.sh", f"import glob, shutil\nshutil.copyfile(glob.glob('*.dataimg')[0], "
-                                         f"{str(capture)!r})\n")
+    script = stand_ins.add("doflash.sh", f"""
+import shutil
+shutil.copyfile('gpu-k8s-image-jetson-nano-devkit.dataimg', {str(capture)!r})
+# the real one: ./tegra210-flash-helper.sh -B 1048576 --datafile gpu-k8s-image-jetson-nano-devkit.dataimg flash.xml.in
+""")
     (content / "doflash.sh").write_text(script.read_text())
     (content / "doflash.sh").chmod(0o755)
     script.unlink()

@@ -4,14 +4,14 @@ mender-artifact lays them out (outer tar: version, manifest, manifest.sig, heade
 from __future__ import annotations
 
 import hashlib
-import io
 import json
+import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
+from mender_artifacts import make_artifact
 
 from tools import release
 
@@ -19,37 +19,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 MACHINE = "jetson-nano-devkit"
 LINK = f"gpu-k8s-image-{MACHINE}.mender"
-
-
-def _tar_bytes(files: dict[str, bytes], compress: str = "") -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode=f"w:{compress}") as archive:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-def make_artifact(path: Path, name: str = "1.4.0", signed: bool = True, corrupt: bool = False,
-                  device_type: str = MACHINE) -> Path:
-    header_info = {"payloads": [{"type": "rootfs-image"}],
-                   "artifact_provides": {"artifact_name": name},
-                   "artifact_depends": {"device_type": [device_type]}}
-    members = {
-        "version": json.dumps({"format": "mender", "version": 3}).encode(),
-        "header.tar.gz": _tar_bytes({"header-info": json.dumps(header_info).encode()}, "gz"),
-        "data/0000.tar.gz": _tar_bytes({"rootfs.ext4": b"\0" * 4096}, "gz"),
-    }
-    manifest = "".join(f"{hashlib.sha256(data).hexdigest()}  {member}\n" for member, data in members.items())
-    if corrupt:
-        members["data/0000.tar.gz"] = _tar_bytes({"rootfs.ext4": b"\1" * 4096}, "gz")
-    outer = {"version": members["version"], "manifest": manifest.encode()}
-    if signed:
-        outer["manifest.sig"] = b"MEUCIQ-fake-signature"
-    outer.update({k: v for k, v in members.items() if k != "version"})
-    path.write_bytes(_tar_bytes(outer))
-    return path
 
 
 def deploy_dir(tmp_path: Path, **artifact: object) -> Path:
@@ -123,7 +92,8 @@ def test_a_corrupt_artifact_is_refused(tmp_path: Path) -> None:
 def test_nothing_built_says_where_it_looked_and_what_to_run(tmp_path: Path) -> None:
     empty = tmp_path / "deploy"
     empty.mkdir()
-    with pytest.raises(release.ReleaseError, match=r"nothing to release: no \.mender artifact in .*\./task build"):
+    with pytest.raises(release.ReleaseError, match=r"nothing to release: .*deploy \(--deploy-dir\) holds no \.mender "
+                       r"artifact.*\./task build"):
         release.run_release(release.ReleaseOptions(deploy_dir=empty))
 
 
@@ -164,14 +134,34 @@ def test_kas_file_picks_that_machines_deploy_dir(tmp_path: Path, monkeypatch: py
     _, artifacts = release.run_release(
         release.ReleaseOptions(kas="kas/jetson-nano.yml", build_dir=build_dir, output=tmp_path / "out"))
     assert artifacts[0].machine == MACHINE and artifacts[0].l4t_version == "32.7.6"
-    with pytest.raises(release.ReleaseError, match="not one of our kas files"):
+    with pytest.raises(release.ReleaseUsageError, match="not one of our kas files"):
         release.run_release(release.ReleaseOptions(kas="kas/nope.yml"))
 
 
-def test_verify_key_without_mender_artifact_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+def test_verify_key_without_mender_artifact_says_how_to_get_it(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    with pytest.raises(release.ReleaseError, match="needs mender-artifact on PATH"):
+    monkeypatch.setattr(release, "BUILD_ROOT", tmp_path / "build")
+    with pytest.raises(release.ReleaseError) as refused:
         release.run_release(release.ReleaseOptions(deploy_dir=deploy_dir(tmp_path), verify_key=tmp_path / "k.pem"))
+    message = str(refused.value)
+    assert "--verify-key needs mender-artifact: sudo apt-get install mender-artifact" in message
+    assert "mender-artifact-native/usr/bin" in message
+
+
+def test_verify_key_uses_the_mender_artifact_a_build_made_when_none_is_on_path(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setattr(release, "BUILD_ROOT", tmp_path / "build")
+    tool = (tmp_path / "build/x86-64/build/tmp/sysroots-components/x86_64/mender-artifact-native/usr/bin/"
+            "mender-artifact")
+    tool.parent.mkdir(parents=True)
+    log = tmp_path / "validated"
+    tool.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+    tool.chmod(0o755)
+    key = tmp_path / "k.pem"
+    key.write_text("-----BEGIN PUBLIC KEY-----\n")
+    release.run_release(release.ReleaseOptions(deploy_dir=deploy_dir(tmp_path), verify_key=key,
+                                               output=tmp_path / "out"))
+    assert log.read_text().startswith(f"validate -k {key} ")
 
 
 def test_task_reports_an_unsigned_artifact_in_one_line(tmp_path: Path) -> None:
@@ -183,3 +173,97 @@ def test_task_reports_an_unsigned_artifact_in_one_line(tmp_path: Path) -> None:
     )
     assert completed.returncode == 1
     assert completed.stderr.count("\n") == 1 and "is not signed" in completed.stderr
+
+
+# ---------------------------------------------------------------- the Orin, roles, a mixed fleet
+
+ORIN = "jetson-orin-nano-devkit-nvme"
+
+
+def built(build_root: Path, machine_dir: str, yocto_machine: str, device_type: str, payload: str = "rootfs-image",
+          role: str = "server", name: str = "1.4.0") -> Path:
+    """A deploy dir where ./task build leaves it, holding what the image's Mender scheme makes:
+    IMAGE-MACHINE-DATETIME.mender (meta-mender empties IMAGE_NAME_SUFFIX; the native scheme
+    names its module image the same) and the stable link IMAGE-MACHINE.mender beside it."""
+    directory = build_root / machine_dir / "build" / "tmp" / "deploy" / "images" / yocto_machine
+    directory.mkdir(parents=True)
+    stem = f"gpu-k8s-image-{yocto_machine}-20261201120000"
+    make_artifact(directory / f"{stem}.mender", name=name, device_type=device_type, payload_type=payload)
+    (directory / f"gpu-k8s-image-{yocto_machine}.mender").symlink_to(f"{stem}.mender")
+    (directory / f"{stem}.manifest").write_text(f"k3s-{role} x 1.36.4\nk3s x 1.36.4\n")
+    return directory
+
+
+@pytest.fixture
+def build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "build"
+    monkeypatch.setattr(release.build, "BUILD_ROOT", root)
+    monkeypatch.setattr(release, "BUILD_ROOT", root)
+    for name in ("KAS_WORK_DIR", "KAS_BUILD_DIR", "TMPDIR"):
+        monkeypatch.delenv(name, raising=False)
+    return root
+
+
+def test_the_orins_native_artifact_is_released_with_its_device_and_payload_type(build_root: Path) -> None:
+    built(build_root, "jetson-orin-nano-agent", ORIN, f"{ORIN}-agent", "tegra-rootfs-image", role="agent")
+    _, artifacts = release.run_release(release.ReleaseOptions(kas="kas/jetson-orin-nano.yml"))
+    (orin,) = artifacts
+    assert (orin.machine, orin.device_types, orin.payload_types, orin.role) == (
+        ORIN, [f"{ORIN}-agent"], ["tegra-rootfs-image"], "agent")
+    manifest = json.loads((build_root / "release" / "1.4.0" / "release.json").read_text())
+    assert manifest["artifacts"][0]["payload_types"] == ["tegra-rootfs-image"]
+    assert manifest["artifacts"][0]["role"] == "agent"
+
+
+@pytest.mark.parametrize(("machine_dir", "yocto_machine", "payload"), [
+    ("jetson-orin-nano", ORIN, "rootfs-image"),  # the classic scheme's, which a native board cannot install
+    ("x86-64", "genericx86-64", "tegra-rootfs-image"),
+])
+def test_an_artifact_of_the_other_mender_scheme_is_refused(build_root: Path, machine_dir, yocto_machine,
+                                                           payload) -> None:
+    built(build_root, machine_dir, yocto_machine, yocto_machine, payload)
+    with pytest.raises(release.ReleaseError, match=f"carries payload {payload}, but {yocto_machine} boards install"):
+        release.run_release(release.ReleaseOptions())
+    assert not (build_root / "release").exists()
+
+
+def test_two_artifacts_for_one_device_type_are_refused(build_root: Path) -> None:
+    built(build_root, "x86-64", "genericx86-64", "genericx86-64")
+    built(build_root, "x86-64-scarthgap", "genericx86-64", "genericx86-64")
+    with pytest.raises(release.ReleaseError, match="both install on device type genericx86-64: a release holds one"):
+        release.run_release(release.ReleaseOptions())
+
+
+def test_a_mixed_release_suggests_the_rollout_of_every_device_type(build_root: Path, capsys) -> None:
+    built(build_root, "x86-64", "genericx86-64", "genericx86-64")
+    built(build_root, "jetson-nano", MACHINE, MACHINE, role="agent")
+    output, artifacts = release.run_release(release.ReleaseOptions())
+    assert sorted(a.machine for a in artifacts) == ["genericx86-64", MACHINE]
+    out = capsys.readouterr().out
+    assert (f"then: ./task rollout --version 1.4.0 --release {output} --base-url http://HOST:8080/ (one Plan pair "
+            "per device type:") in out
+    assert "--artifact-url" not in out, "one artifact's URL would roll out to one device type only"
+
+
+def test_a_single_artifact_release_also_names_its_url(tmp_path: Path, capsys) -> None:
+    output, artifacts = release.run_release(release.ReleaseOptions(deploy_dir=deploy_dir(tmp_path),
+                                                                   output=tmp_path / "out"))
+    out = capsys.readouterr().out
+    assert f"--release {output} --base-url http://HOST:8080/" in out
+    assert f"or: ./task rollout --version 1.4.0 --artifact-url http://HOST:8080/{artifacts[0].file}" in out
+
+
+def test_nothing_to_release_names_built_dirs_without_artifacts_and_counts_the_rest(build_root: Path) -> None:
+    orin = build_root / "jetson-orin-nano" / "build" / "tmp" / "deploy" / "images" / ORIN
+    orin.mkdir(parents=True)
+    (orin / f"gpu-k8s-image-{ORIN}.tegraflash-tar.zst").write_bytes(b"")
+    with pytest.raises(release.ReleaseError) as refused:
+        release.run_release(release.ReleaseOptions())
+    message = str(refused.value)
+    assert message.startswith(f"nothing to release: {orin} (--machine jetson-orin-nano) holds no .mender artifact")
+    assert "; the 13 other machine and role builds do not exist." in message
+    assert message.count("/deploy/images/") == 1, "unbuilt machines are not listed as if they were candidates"
+    shutil.rmtree(build_root / "jetson-orin-nano")
+    with pytest.raises(release.ReleaseError, match=f"nothing to release: no machine has been built under {build_root} "
+                       r"yet\. Build first"):
+        release.run_release(release.ReleaseOptions())

@@ -140,6 +140,9 @@ def save():
     with open(scenario_file, "w") as f:
         json.dump(scenario, f)
 if args[:2] == ["get", "crd"]:
+    if scenario.get("crd_error"):
+        print(scenario["crd_error"], file=sys.stderr)
+        sys.exit(1)
     if scenario.get("unreachable"):
         print("The connection to the server 10.0.0.5:6443 was refused - did you specify the right host or port?",
               file=sys.stderr)
@@ -286,7 +289,7 @@ def test_task_refuses_bad_input_in_one_line_without_calling_kubectl(stand_ins) -
          "--artifact-url", "ftp://x/y.mender", "--device-type", NANO],
         capture_output=True, text=True, check=False,
     )
-    assert completed.returncode == 1
+    assert completed.returncode == 2
     assert completed.stderr.strip().count("\n") == 0 and "must be an http(s) URL" in completed.stderr
     assert stand_ins.calls("kubectl") == []
 
@@ -324,7 +327,7 @@ MIXED_FLEET = [
     node("gpu-server", canary=True, device_type=X86),  # the k3s server
     node("gpu-box-2", device_type=X86),
     node("nano-c", canary=True), node("nano-1"), node("nano-2"),
-    node("orin-1", device_type=ORIN),  # no A/B updater yet: no artifact for it
+    node("orin-1", device_type=ORIN),  # this release carries no Orin artifact
     node("old-nano", device_type=""),  # an image from before the device-type label
 ]
 
@@ -423,3 +426,35 @@ def test_a_release_directory_gives_one_artifact_per_device_type(tmp_path) -> Non
         rollout.resolve_artifacts("1.4.0", None, None, tmp_path / "1.4.0", None, tmp_path)
     with pytest.raises(rollout.RolloutError, match="not --version 1.5.0"):
         rollout.resolve_artifacts("1.5.0", None, None, tmp_path / "1.4.0", "http://u/", tmp_path)
+
+
+@pytest.mark.parametrize(("said", "reported"), [
+    ("error: You must be logged in to the server (Unauthorized)",
+     "the cluster refused kubectl's credentials (error: You must be logged in to the server (Unauthorized)): use a "
+     "current kubeconfig"),
+    ('Error from server (Forbidden): customresourcedefinitions.apiextensions.k8s.io "plans.upgrade.cattle.io" is '
+     'forbidden: User "dev" cannot get resource "customresourcedefinitions"',
+     "kubectl's user may not read the cluster's CRDs"),
+    ("Unable to connect to the server: dial tcp: lookup k3s.lan: no such host", "cannot reach the cluster"),
+    ("error: error loading config file \"/root/.kube/config\": yaml: line 3: did not find expected key",
+     "kubectl get crd plans.upgrade.cattle.io failed: error: error loading config file"),
+])
+def test_kubectls_own_failure_is_reported_not_a_missing_controller(stand_ins, tmp_path, monkeypatch, said,
+                                                                   reported) -> None:
+    scenario_file = play(stand_ins, tmp_path, monkeypatch,
+                         {"crd_error": said, "steps": [{"nodes": [], "plans": [], "jobs": []}]})
+    with pytest.raises(rollout.RolloutError) as refused:
+        rollout.run_rollout(options())
+    assert str(refused.value).startswith(reported), str(refused.value)
+    assert "not installed" not in str(refused.value)
+    assert "applied" not in json.loads(scenario_file.read_text())
+
+
+@pytest.mark.parametrize("base_url", ["updates.lan:8080", "updates.lan:8080/releases/", "//updates.lan/"])
+def test_a_base_url_without_its_scheme_is_blamed_on_base_url_with_the_fix(tmp_path, base_url: str) -> None:
+    write_release(tmp_path / "1.4.0")
+    with pytest.raises(rollout.RolloutUsageError) as refused:
+        rollout.resolve_artifacts("1.4.0", None, None, tmp_path / "1.4.0", base_url, tmp_path)
+    message = str(refused.value)
+    assert message.startswith(f"--base-url {base_url!r} must be an http(s) URL the nodes can reach, with its scheme")
+    assert "e.g. http://updates.lan" in message and "--artifact-url" not in message

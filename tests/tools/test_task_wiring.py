@@ -39,7 +39,7 @@ def test_invoke_help_shows_the_docstring_and_options() -> None:
         text=True,
         check=True,
     ).stdout
-    assert "Flash a Jetson Nano or Orin in USB recovery mode" in output
+    assert "Flash a Jetson in USB recovery mode, or write an SD card, NVMe drive or x86-64 disk." in output
     assert "--force-device" in output and "--dry-run" in output
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 # the kind of the NVIDIA Container Toolkit's generated spec (nvidia-ctk cdi generate's default vendor/class)
 TOOLKIT_KIND = "nvidia.com/gpu"
@@ -21,3 +22,19 @@ def split_kind(kind: str) -> tuple[str, str]:
             "digit, with only letters, digits, '_', '-' and '.' between (e.g. meta-gpu-k8s.io/gpu)"
         )
     return vendor, klass
+
+
+def jetson_toolkit_name(names: Collection[str], index: int, uuid: str = "", id_strategy: str = "index") -> str:
+    """The device a Jetson's iGPU goes by in the toolkit's spec (`names`: the spec's device names), or "".
+
+    `nvidia-ctk cdi generate` on a Jetson runs in CSV mode (its auto mode takes an integrated GPU,
+    "Orin (nvgpu)" or "NVIDIA Thor", to the Tegra platform): with one GPU it names it by index, "0",
+    and "all". Thor also answers NVML, so with a second GPU (a dGPU beside the iGPU) CSV mode names
+    each by index and UUID ("GPU-..."), as NVML mode (`--mode=nvml`) does; "all" is then both GPUs,
+    so it stands for the iGPU only where it is the spec's one device.
+    """
+    wanted = [uuid, str(index)] if id_strategy == "uuid" else [str(index), uuid]
+    found = next((name for name in wanted if name and name in names), "")
+    if found:
+        return found
+    return "all" if set(names) == {"all"} else ""

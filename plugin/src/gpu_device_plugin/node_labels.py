@@ -4,7 +4,8 @@ Written at boot before k3s starts, so a node is labelled with the GPU it really 
 labelled at all without one). Label names follow NVIDIA's GPU feature discovery where they
 overlap (gpu.present, gpu.count, gpu.product, gpu.family, gpu.memory, gpu.compute.major/minor,
 cuda.driver-version.* and cuda.runtime-version.* with their older cuda.driver.* / cuda.runtime.*
-spellings). Jetsons add gpu.chip, gpu.l4t and gpu.power-mode, which feature discovery lacks.
+spellings). Jetsons add gpu.chip, gpu.l4t and gpu.power-mode, which feature discovery lacks; a
+Thor also carries the cuda.driver-version.* of its OpenRM driver (595.78 on R39.2).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from .model import Gpu
 
 PREFIX = "nvidia.com/"
 MAX_LABEL_VALUE = 63
-# CUDA compute capability -> architecture family (the major number decides, except where noted)
+# CUDA compute capability -> architecture family (the major number decides, except where noted):
+# Blackwell spans 10.x (data centre), 11.0 (Jetson Thor's GB10B) and 12.x (RTX)
 FAMILIES = {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 7: "volta", 8: "ampere",
-            9: "hopper", 10: "blackwell", 12: "blackwell"}
+            9: "hopper", 10: "blackwell", 11: "blackwell", 12: "blackwell"}
 FAMILY_EXCEPTIONS = {(7, 5): "turing", (8, 9): "ada-lovelace"}
 
 
@@ -59,7 +61,7 @@ def gpu_labels(gpus: Sequence[Gpu], backend: str) -> dict[str, str]:
     labels.update(version_labels("cuda.driver", first.properties.get("driver_version", ""), 3))
     labels.update(version_labels("cuda.runtime", first.properties.get("cuda_driver_version", ""), 2))
     if first.backend == "tegra":
-        # the same keys on every Jetson, Nano (R32) to Orin (R36, R39)
+        # the same keys on every Jetson, Nano (R32) to Orin (R36, R39) and Thor (R39)
         for key, prop in (("gpu.chip", "chip"), ("gpu.l4t", "l4t"), ("gpu.power-mode", "power_mode")):
             if first.properties.get(prop):
                 labels[key] = label_value(first.properties[prop])

@@ -42,6 +42,7 @@ class PluginServer:
             raise OSError(f"cannot bind {self.socket_path} ({exc.strerror or exc}): does the directory exist "
                           "and is it writable?") from None
         self.servicer.attach(server.wake)
+        self.servicer.warm_up()
         server.start()
         self._server = server
         self.inode = os.stat(self.socket_path).st_ino

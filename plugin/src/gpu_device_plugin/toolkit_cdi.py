@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .cdi import NVML_GPU_NODE, cdi_enabled, spec_path
-from .cdi_names import TOOLKIT_KIND
+from .cdi_names import TOOLKIT_KIND, jetson_toolkit_name
 from .model import Gpu
 from .settings import Settings
 
@@ -146,11 +146,11 @@ def match_gpu(gpu: Gpu, specs: Sequence[ToolkitSpec], id_strategy: str) -> tuple
     where = ", ".join(dict.fromkeys(s.path for s in specs))
     index = str(gpu.index)
     if gpu.backend == "tegra":
-        # CSV mode names the one iGPU "0" (and "all"); there is no UUID to match
-        for name in (index, "all"):
-            if name in devices:
-                return name, ""
-        return "", f"{where} names no device {index}"
+        name = jetson_toolkit_name(devices, gpu.index, gpu.properties.get("uuid", ""), id_strategy)
+        if not name:
+            return "", f"{where} names no device {index}" + (" or " + gpu.properties["uuid"]
+                                                             if gpu.properties.get("uuid") else "")
+        return stale_for_driver(gpu, name, owner[name])
     wanted = [gpu.id, index] if id_strategy == "uuid" else [index, gpu.id]
     name = next((n for n in wanted if n in devices), "")
     if not name:
@@ -160,10 +160,15 @@ def match_gpu(gpu: Gpu, specs: Sequence[ToolkitSpec], id_strategy: str) -> tuple
     if node and spec_nodes and node not in spec_nodes:
         return "", (f"{owner[name].path} gives {name} the node {spec_nodes[0]} but NVML says this GPU is {node} "
                     "(the GPUs changed since the spec was made)")
+    return stale_for_driver(gpu, name, owner[name])
+
+
+def stale_for_driver(gpu: Gpu, name: str, spec: ToolkitSpec) -> tuple[str, str]:
+    """(name, "") or ("", why): a spec whose hooks name another driver version than the GPU's is stale
+    (CSV-mode specs name none; on Thor an NVML-mode spec does, and the driver comes with each L4T)."""
     driver = gpu.properties.get("driver_version", "")
-    made_for = owner[name].driver_version
-    if driver and made_for and driver != made_for:
-        return "", (f"{owner[name].path} was made for driver {made_for}, the loaded driver is {driver}: it "
+    if driver and spec.driver_version and driver != spec.driver_version:
+        return "", (f"{spec.path} was made for driver {spec.driver_version}, the loaded driver is {driver}: it "
                     "would mount libraries that no longer exist")
     return name, ""
 

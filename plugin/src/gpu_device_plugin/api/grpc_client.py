@@ -83,7 +83,7 @@ def _read_response(sock: socket.socket, deadline: float) -> bytes:
             elif stream_id != 1:
                 continue
             elif kind == h2.RST_STREAM:
-                code = h2.u32(payload)
+                code = h2.u32(payload) if len(payload) == 4 else h2.PROTOCOL_ERROR
                 raise RpcFailure(_RST_CODES.get(code, StatusCode.INTERNAL), f"stream reset (HTTP/2 error {code})")
             elif kind == h2.DATA:
                 body += h2.unpadded(payload, flags)

@@ -1,6 +1,6 @@
 """HTTP/2 framing (RFC 9113) for gRPC over a local socket: frame layout, settings, errors.
 
-Only what gRPC needs: no push, no priorities (accepted and ignored), no TLS (h2c with
+Only what gRPC needs: no push, no priorities (checked and ignored), no TLS (h2c with
 prior knowledge, as gRPC uses on Unix sockets). Header blocks are coded with `hpack` (the
 python-hyper HPACK codec, a meta-python recipe on every Yocto series we build).
 """
@@ -29,6 +29,7 @@ HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX
 # error codes
 NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x3
 STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 0x5, 0x6, 0x7, 0x8, 0x9
+ENHANCE_YOUR_CALM = 0xB
 
 DEFAULT_WINDOW = 65535
 DEFAULT_MAX_FRAME = 16384
@@ -39,6 +40,14 @@ _HEADER = struct.Struct(">HBBBI")  # 24-bit length as 16 + 8 bits, type, flags, 
 
 class ProtocolError(Exception):
     """The peer broke HTTP/2: the connection ends with GOAWAY and this error code."""
+
+    def __init__(self, message: str, code: int = PROTOCOL_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class StreamError(Exception):
+    """The peer broke HTTP/2 on one stream: that stream ends with RST_STREAM and this code."""
 
     def __init__(self, message: str, code: int = PROTOCOL_ERROR) -> None:
         super().__init__(message)
@@ -63,6 +72,8 @@ class HeaderDecoder:
     dynamic table may have changed: a decoded block can be reused until it does."""
 
     def __init__(self, max_header_list: int = 65536) -> None:
+        # hpack checks the limit while it decodes, after the table may have changed: a block over
+        # it leaves the connection's table unknown, so it can only end the connection
         self._decoder = hpack.Decoder(max_header_list_size=max_header_list)
         self._table = self._decoder.header_table
         self.generation = 0
@@ -73,6 +84,8 @@ class HeaderDecoder:
         size = self._table.maxsize
         try:
             return self._decoder.decode(block, raw=True)
+        except hpack.OversizedHeaderListError:
+            raise ProtocolError("a header list larger than we decode", ENHANCE_YOUR_CALM) from None
         except hpack.HPACKError as error:
             raise CompressionError(f"undecodable header block: {error}") from None
         finally:
@@ -114,18 +127,24 @@ def goaway(last_stream_id: int, code: int, debug: bytes = b"") -> bytes:
 
 
 def unpadded(payload: bytes, flags: int) -> bytes:
-    """A DATA or HEADERS payload without its padding."""
+    """A DATA or HEADERS payload without its padding (a pad length past the frame: PROTOCOL_ERROR)."""
     if not flags & PADDED:
         return payload
-    if not payload or payload[0] >= len(payload):
+    if not payload:
+        raise ProtocolError("a padded frame without its pad length", FRAME_SIZE_ERROR)
+    if payload[0] >= len(payload):
         raise ProtocolError("padding longer than the frame")
     return payload[1:len(payload) - payload[0]]
 
 
-def u32(payload: bytes) -> int:
-    if len(payload) < 4:
-        raise ProtocolError("frame too short", FRAME_SIZE_ERROR)
+def u31(payload: bytes) -> int:
+    """The 31-bit value (window increment, stream id) at the start of a payload, reserved bit dropped."""
     return struct.unpack_from(">I", payload)[0] & MAX_WINDOW
+
+
+def u32(payload: bytes) -> int:
+    """An error code: all 32 bits."""
+    return struct.unpack_from(">I", payload)[0]
 
 
 def grpc_message(message: bytes) -> bytes:

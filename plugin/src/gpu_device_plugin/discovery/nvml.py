@@ -87,10 +87,12 @@ class NvmlBackend:
             return Probe(False, "NVML works but reports no GPUs", evidence)
         discrete = [n for n in names if not is_integrated_name(n)]
         if not discrete:
-            # NVML on Jetson answers names but little else; the tegra backend serves these.
+            # NVML on Orin answers names but little else; Thor's OpenRM answers more, but its memory
+            # is the CPU's and the toolkit injects it in CSV mode: the tegra backend serves both.
             return Probe(
                 False,
-                f"NVML sees only the integrated GPU {names[0]}: the tegra backend serves it",
+                f"NVML sees only the integrated GPU {names[0]}: the tegra backend serves it, as the "
+                "NVIDIA Container Toolkit does (CSV mode for integrated GPUs)",
                 evidence,
             )
         return Probe(True, f"NVML works and reports {len(discrete)} discrete GPU(s)", evidence)

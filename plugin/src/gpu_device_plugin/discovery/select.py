@@ -30,7 +30,9 @@ def choose(settings: Settings) -> Choice:
     if strategy == "nvml":
         return Choice(_nvml(settings), "nvml: chosen by --device-discovery-strategy")
     # auto: a discrete GPU NVML can see wins (the nvml probe is not usable when NVML shows only an
-    # integrated GPU, as on Orin/Thor); otherwise a Jetson is served by tegra.
+    # integrated GPU, as on Orin/Thor); otherwise a Jetson is served by tegra. Thor's driver does
+    # answer NVML, but the container toolkit classes "NVIDIA Thor" as integrated and hands it to
+    # containers in CSV mode (go-nvlib's IsIntegratedGPUName), so tegra serves it the same way.
     tegra = TegraBackend(settings.host_root)
     tegra_probe = tegra.probe()
     nvml = _nvml(settings)

@@ -7,6 +7,15 @@ L4T userspace, which a container or a copied rootfs can carry on any machine.
 Nano (T210, L4T R32) drives its GPU through /dev/nvhost-*; Orin (T234, L4T R36 and R39)
 through /dev/nvgpu/igpu0/* with /dev/nvmap and the syncpoint fences of /dev/host1x-fence,
 the nodes meta-tegra's devices.csv names for the container runtime.
+
+Thor (T264, L4T R39) has no nvgpu: its Blackwell iGPU (GB10B) runs on NVIDIA's open kernel
+driver built for Tegra ("OpenRM": nvidia.ko from nvidia-kernel-oot's unified GPU/display
+modules, GPU_VARIANT "openrm-l4t" in meta-tegra's tegra-configs). The driver sees the iGPU as
+a PCI device (0000:01:00.0, the address the container toolkit keys Thor on), so it has a
+dGPU's interface: /dev/nvidia<minor> and /dev/nvidiactl, /proc/driver/nvidia/gpus/<bus>/information
+(model, UUID, minor) and /proc/driver/nvidia/version; the SoC display is a second, non-PCI
+device of the same driver with a /dev/nvidiaN of its own, which the toolkit hands containers
+with the GPU. /dev/nvmap and /dev/host1x-fence stay, as on Orin.
 """
 
 from __future__ import annotations
@@ -27,8 +36,9 @@ CHIP_NAMES = {
     "T234": "Orin (T234)",
     "T264": "Thor (T264)",
 }
-# CUDA compute capability of each SoC's integrated GPU
-COMPUTE_CAPABILITY = {"T210": "5.3", "T186": "6.2", "T194": "7.2", "T234": "8.7"}
+# CUDA compute capability of each SoC's integrated GPU (T264: TEGRA_CUDA_ARCHITECTURE "110" in
+# meta-tegra's tegra264.inc, i.e. sm_110)
+COMPUTE_CAPABILITY = {"T210": "5.3", "T186": "6.2", "T194": "7.2", "T234": "8.7", "T264": "11.0"}
 
 # Device nodes the iGPU is used through: L4T R32's nvhost names, and from R35 on the /dev/nvgpu
 # tree with host1x's fence node (CUDA waits on syncpoints through it on Orin).
@@ -37,12 +47,61 @@ GPU_NODE_GLOBS = ("/dev/nvhost-*", "/dev/nvmap", "/dev/nvgpu/igpu0/*", "/dev/hos
 ESSENTIAL_NODES = ("/dev/nvhost-gpu", "/dev/nvhost-ctrl-gpu", "/dev/nvgpu/igpu0/ctrl")
 
 
+# The OpenRM path (Thor). meta-tegra's nv-load-display-modules writes the GPU variant it loaded
+# ("openrm-l4t" on tegra264, "nvgpu-l4t" on tegra234) to this file at boot.
+GPU_DRIVER_FILE = "/run/nvidia-gpu-driver-active"
+OPENRM = "openrm-l4t"
+OPENRM_CHIPS = ("T264",)  # SoCs whose iGPU only OpenRM drives, for a root without that file
+NVIDIA_CONTROL_NODE = "/dev/nvidiactl"
+NVIDIA_NODE_PATTERN = "nvidia[0-9]*"  # in /dev
+_NVIDIA_MINOR_NODE = r"/dev/nvidia(\d+)"
+# nvidia-uvm's nodes appear when nvidia-uvm loads (CUDA's first use); nvidia-modeset's with the
+# display stack: Allocate passes them when present, as for a dGPU
+OPENRM_OPTIONAL_NODES = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+PROC_GPUS = "/proc/driver/nvidia/gpus"
+PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
+THOR_IGPU_BUS = "0000:01:00.0"
+_KERNEL_MODULE_VERSION = r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)"
+
 RELEASE_FILES = ("/etc/nv_tegra_release", "/usr/share/nv_tegra/nv_tegra_release")
 _RELEASE = r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)"  # compiled on use (re caches)
 NVPMODEL_CONF = "/etc/nvpmodel.conf"
 NVPMODEL_STATUS = "/var/lib/nvpmodel/status"
 _POWER_MODEL = r"<\s*POWER_MODEL\s+ID=(\d+)\s+NAME=([^\s>]+)"
 _PM_DEFAULT = r"<\s*PM_CONFIG\s+DEFAULT=(\d+)"
+
+
+def parse_gpu_information(text: str) -> dict[str, str]:
+    """The NVIDIA driver's /proc/driver/nvidia/gpus/<bus>/information as {field: value}: "Model",
+    "GPU UUID", "Bus Location", "Device Minor", ... (one "Name: <tabs> value" per line)."""
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def driver_version(text: str) -> str:
+    """'595.78' from /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX Open Kernel Module for
+    aarch64  595.78  Release Build ..."), or ''."""
+    match = re.search(_KERNEL_MODULE_VERSION, text)
+    return match.group(1) if match else ""
+
+
+def integrated_gpu(gpus: list[dict[str, str]]) -> dict[str, str] | None:
+    """Thor's iGPU among the driver's PCI GPUs: the one at 0000:01:00.0 (where the container
+    toolkit looks for it too), else the one the driver names Thor; None when neither is listed."""
+    for gpu in gpus:
+        if gpu.get("Bus Location", "").lower() == THOR_IGPU_BUS:
+            return gpu
+    named = [gpu for gpu in gpus if "Thor" in gpu.get("Model", "")]
+    return named[0] if len(named) == 1 else None
+
+
+def _minor(gpu: dict[str, str] | None) -> int | None:
+    value = (gpu or {}).get("Device Minor", "")
+    return int(value) if value.isdigit() else None
 
 
 class TegraBackend:
@@ -156,6 +215,74 @@ class TegraBackend:
         match = re.search(r"MemTotal:\s+(\d+) kB", meminfo)
         return int(match.group(1)) // 1024 if match else None
 
+    def gpu_driver(self, chip: str) -> str:
+        """"openrm-l4t" when the iGPU runs on NVIDIA's open driver (Thor), else "" (nvgpu, nvhost).
+
+        meta-tegra's own record of what it loaded wins; a root without it (a container, an image
+        not booted yet) is judged by the chip."""
+        active = (self._read(GPU_DRIVER_FILE) or "").strip()
+        if active:
+            return OPENRM if active == OPENRM else ""
+        return OPENRM if chip in OPENRM_CHIPS else ""
+
+    def openrm_gpus(self) -> list[dict[str, str]]:
+        """The PCI GPUs the NVIDIA driver has (its /proc/driver/nvidia/gpus), as parse_gpu_information's fields."""
+        found = []
+        for path in sorted(glob.glob(glob.escape(self._path(PROC_GPUS)) + "/*/information")):
+            text = self._read(os.path.relpath(path, self.root))
+            if text is None:
+                continue
+            fields = parse_gpu_information(text)
+            fields.setdefault("Bus Location", os.path.basename(os.path.dirname(path)))
+            found.append(fields)
+        return found
+
+    def _exists(self, path: str) -> bool:
+        return os.path.exists(self._path(path))
+
+    def openrm_device_nodes(self, minor: int | None, other_minors: set[int]) -> tuple[str, ...]:
+        """Thor's nodes: the GPU's /dev/nvidia<minor> first, /dev/nvidiactl, the driver's other numbered
+        nodes that are no other PCI GPU's (the SoC display), then /dev/nvmap and /dev/host1x-fence.
+
+        Without the driver's /proc (minor None) the GPU is taken to be minor 0: the PCI iGPU probes
+        before the platform display device, which is the order the toolkit's Thor tests assume."""
+        own = f"/dev/nvidia{minor if minor is not None else 0}"
+        numbered = []
+        for path in glob.glob(os.path.join(glob.escape(self._path("/dev")), NVIDIA_NODE_PATTERN)):
+            node = "/" + os.path.relpath(path, self.root).lstrip("./")
+            match = re.fullmatch(_NVIDIA_MINOR_NODE, node)
+            if match and int(match.group(1)) not in other_minors:
+                numbered.append((int(match.group(1)), node))
+        first = [node for node in (own, NVIDIA_CONTROL_NODE) if self._exists(node)]
+        return tuple(dict.fromkeys([*first, *(node for _, node in sorted(numbered)), *self.device_nodes()]))
+
+    def _openrm(self, reason: str) -> tuple[tuple[str, ...], dict[str, str]]:
+        """(device nodes, properties) of Thor's iGPU; DiscoveryError naming what is missing."""
+        gpus = self.openrm_gpus()
+        igpu = integrated_gpu(gpus)
+        if gpus and igpu is None:
+            buses = ", ".join(g.get("Bus Location", "?") for g in gpus)
+            raise DiscoveryError(
+                f"tegra: {reason} but the NVIDIA driver lists only {buses}, not the integrated GPU at "
+                f"{THOR_IGPU_BUS}: see `dmesg | grep NVRM` for why it did not take the iGPU"
+            )
+        minor = _minor(igpu)
+        others = {m for m in (_minor(g) for g in gpus if g is not igpu) if m is not None}
+        nodes = self.openrm_device_nodes(minor, others)
+        own = f"/dev/nvidia{minor if minor is not None else 0}"
+        missing = [node for node in (own, NVIDIA_CONTROL_NODE) if node not in nodes]
+        if missing:
+            raise DiscoveryError(
+                f"tegra: {reason} but its GPU device node(s) {', '.join(missing)} do not exist: Thor's GPU "
+                "runs on the nvidia module (OpenRM), which meta-tegra loads at boot with nvidia_drm; check "
+                "`lsmod | grep nvidia` and `systemctl status systemd-modules-load`, or, in a container, mount /dev"
+            )
+        properties = {"gpu_driver": OPENRM,
+                      "driver_version": driver_version(self._read(PROC_DRIVER_VERSION) or ""),
+                      "uuid": (igpu or {}).get("GPU UUID", ""),
+                      "pci_bus_id": (igpu or {}).get("Bus Location", "").lower()}
+        return nodes, properties
+
     # -- the Backend contract
 
     def probe(self) -> Probe:
@@ -170,6 +297,10 @@ class TegraBackend:
             return Probe(False, "no Tegra SoC: no nvidia,tegra device tree, soc0 family or tegra_fuse chip id",
                          tuple(evidence))
         what = self.model() or "Jetson"
+        if self.gpu_driver(chip) == OPENRM:
+            active = (self._read(GPU_DRIVER_FILE) or "").strip()
+            evidence.append(f"{GPU_DRIVER_FILE} {active}" if active else f"{chip}: its iGPU runs on OpenRM")
+            return Probe(True, f"{what} ({chip}, its iGPU on NVIDIA's OpenRM driver)", tuple(evidence))
         return Probe(True, f"{what} ({chip or 'unknown Tegra SoC'})", tuple(evidence))
 
     def discover(self) -> list[Gpu]:
@@ -177,17 +308,23 @@ class TegraBackend:
         if not probe.usable:
             raise DiscoveryError(f"tegra: {probe.reason}")
         chip, _ = self.chip()
-        nodes = self.device_nodes()
-        if not any(n in nodes for n in ESSENTIAL_NODES):
-            raise DiscoveryError(
-                f"tegra: {probe.reason} but no GPU device node ({', '.join(ESSENTIAL_NODES)}) exists: "
-                "load the GPU driver (modprobe nvgpu) or, in a container, mount /dev"
-            )
         properties = {"chip": chip or "unknown", "model": self.model(), "l4t": self.l4t_release(),
                       "compatible": ",".join(self.compatible()), "memory": "shared with the CPU",
                       "power_mode": self.power_mode()}
         if chip in COMPUTE_CAPABILITY:
             properties["compute_capability"] = COMPUTE_CAPABILITY[chip]
+        optional: tuple[str, ...] = ()
+        if self.gpu_driver(chip) == OPENRM:
+            nodes, openrm = self._openrm(probe.reason)
+            properties.update(openrm)
+            optional = OPENRM_OPTIONAL_NODES
+        else:
+            nodes = self.device_nodes()
+            if not any(n in nodes for n in ESSENTIAL_NODES):
+                raise DiscoveryError(
+                    f"tegra: {probe.reason} but no GPU device node ({', '.join(ESSENTIAL_NODES)}) exists: "
+                    "load the GPU driver (modprobe nvgpu) or, in a container, mount /dev"
+                )
         slug = chip.lower() if chip else "unknown"
         return [
             Gpu(
@@ -196,6 +333,7 @@ class TegraBackend:
                 name=CHIP_NAMES.get(chip, "Tegra iGPU"),
                 backend="tegra",
                 device_nodes=nodes,
+                optional_nodes=optional,
                 memory_mib=self.memory_mib(),
                 properties={k: v for k, v in properties.items() if v},
             )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .. import policy
 from ..discovery.base import DiscoveryError
 from ..discovery.select import choose
+from ..discovery.tegra import OPENRM
 from ..health.tegra import check_device_node
 from ..model import Gpu
 from ..settings import DEFAULT_RESOURCE, Settings
@@ -66,15 +67,21 @@ def discover(settings: Settings) -> Discovered:
                       resource, len(policy.advertised_devices(gpus, settings)))
 
 
-def evaluate_device_nodes(backend: str | None, nodes: Sequence[str], problems: Sequence[str]) -> Check:
-    """`problems`: one line per node that is missing or does not open (from check_device_node)."""
+def evaluate_device_nodes(backend: str | None, nodes: Sequence[str], problems: Sequence[str],
+                          gpu_driver: str = "") -> Check:
+    """`problems`: one line per node that is missing or does not open (from check_device_node);
+    `gpu_driver`: the Tegra GPU's driver when it is not nvgpu ("openrm-l4t" on Thor)."""
     name = "device nodes"
     if backend == "simulated":
         return Check(name, SKIP, "simulated GPUs have no device nodes")
     if not nodes:
         return Check(name, SKIP, "no GPU discovered, so no device nodes to check")
     if problems:
-        fix = ("load the GPU driver (modprobe nvgpu) and check the nodes' owner and mode (ls -l /dev/nvhost-* "
+        fix = ("Thor's GPU runs on the nvidia module (OpenRM): check `lsmod | grep nvidia`, `dmesg | grep NVRM` "
+               "and the nodes' owner and mode (ls -l /dev/nvidia* /dev/nvmap); the plugin reports the GPU "
+               "Unhealthy while a node is bad"
+               if backend == "tegra" and gpu_driver == OPENRM else
+               "load the GPU driver (modprobe nvgpu) and check the nodes' owner and mode (ls -l /dev/nvhost-* "
                "/dev/nvmap); the plugin reports the GPU Unhealthy while a node is bad"
                if backend == "tegra" else
                "check the NVIDIA driver with nvidia-smi and that /dev/nvidia* exist (nvidia-modprobe); the plugin "

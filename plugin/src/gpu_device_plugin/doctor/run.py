@@ -6,14 +6,16 @@ import os
 from collections.abc import Callable
 
 from .. import policy
+from ..discovery.tegra import OPENRM
 from ..settings import Settings
 from .config_file import config_file_check
-from .csv_files import evaluate_csv, read_csv_files
+from .csv_files import OPENRM_CSV_NODES, evaluate_csv, read_csv_files
 from .gpu import Discovered, device_node_problems, discover, evaluate_device_nodes, evaluate_discovery
 from .host import read_text
 from .k3s import K3sConfig, evaluate_k3s, read_k3s_config
 from .kubelet import CHECKPOINT_NAME, evaluate_checkpoint, evaluate_kubelet_socket, evaluate_plugin_socket, probe_socket
 from .nvidia_stack import check_cdi, check_driver, check_jetson_toolkit
+from .openrm import check_openrm_driver
 from .report import WARN, Check
 from .runtime import check_container_runtime
 
@@ -44,10 +46,14 @@ def run_checks(settings: Settings) -> list[Check]:
                            resource=policy.resource_name(settings))
         checks.append(crashed("discovery", exc))
     gpu_kind = found.backend
+    # Thor's iGPU runs on NVIDIA's open driver, not nvgpu: its nodes, CSV lines and driver differ
+    gpu_driver = next((g.properties.get("gpu_driver", "") for g in found.gpus if g.backend == "tegra"), "")
+    openrm = gpu_driver == OPENRM
+    csv_nodes = (*(n for g in found.gpus for n in g.device_nodes[:1]), *OPENRM_CSV_NODES) if openrm else ()
 
     def nodes() -> Check:
         checked, problems = device_node_problems(settings, found.gpus)
-        return evaluate_device_nodes(gpu_kind, checked, problems)
+        return evaluate_device_nodes(gpu_kind, checked, problems, gpu_driver)
 
     def plugin() -> Check:
         state, error = probe_socket(plugin_socket)
@@ -69,8 +75,9 @@ def run_checks(settings: Settings) -> list[Check]:
         k3s = K3sConfig()
         checks.append(crashed("k3s config", exc))
     checks.append(guard("container runtime", lambda: check_container_runtime(settings, k3s, gpu_kind)))
-    checks.append(guard("runtime CSV files", lambda: evaluate_csv(gpu_kind, read_csv_files(settings))))
-    checks.append(guard("NVIDIA driver", lambda: check_driver(settings, gpu_kind)))
+    checks.append(guard("runtime CSV files", lambda: evaluate_csv(gpu_kind, read_csv_files(settings), csv_nodes)))
+    checks.append(guard("NVIDIA driver", lambda: check_openrm_driver(settings) if openrm
+                        else check_driver(settings, gpu_kind)))
     checks.append(guard("NVIDIA CDI spec", lambda: check_cdi(settings, gpu_kind, found.gpus)))
     checks.append(guard("NVIDIA container toolkit", lambda: check_jetson_toolkit(settings, gpu_kind, found.gpus)))
     return checks

@@ -1,4 +1,4 @@
-"""Health of a Jetson's integrated GPU: its device nodes, and nvgpu errors in the kernel log.
+"""Health of a Jetson's integrated GPU: its device nodes, and GPU driver errors in the kernel log.
 
 Marks the GPU Unhealthy when one of its device nodes disappears or cannot be opened, or
 when nvgpu logs an error that means the GPU (not one application) is in trouble. Recovers
@@ -18,6 +18,13 @@ How they are judged (see `classify_kmsg_line`):
   exterr, "fecs watchdog" / "cannot ctxsw anymore", a failed power-on, uncorrected ECC.
 - everything else is noise: warnings and info, "fake mmu fault" (nvgpu's own recovery
   trick), debug dumps, other drivers, and [ERR] lines not listed above.
+
+Thor has no nvgpu: its iGPU runs on NVIDIA's open driver (OpenRM), which reports like a dGPU's,
+"NVRM: Xid (PCI:0000:01:00): <xid>, pid=..., name=..., <text>" (kernel_rc.c in
+open-gpu-kernel-modules; " GPU-I:nn ..." inside the parenthesis on MIG). Those Xids go through the
+same policy; "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus" and "... RmInitAdapter failed"
+are driver-level. NVRM lines only concern a GPU on OpenRM, at the PCI address they name (a
+dGPU beside Thor's iGPU logs its own), and nvgpu lines only the others.
 """
 
 import errno
@@ -32,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from .. import inotify
+from ..discovery.tegra import OPENRM
 from ..model import Gpu
 from .base import Report, loop_alive
 from .records import HealthRecords
@@ -55,11 +63,16 @@ class KmsgRecord(NamedTuple):
     text: str
 
 
+NVGPU, NVRM = "nvgpu", "nvrm"  # which driver logged it: nvgpu (Nano, Orin) or NVIDIA's RM (Thor)
+
+
 class GpuLogError(NamedTuple):
-    """An nvgpu error line that may matter: `xid` for channel errors, None for driver failures."""
+    """A GPU driver's error line that may matter: `xid` for channel errors, None for driver failures."""
 
     xid: int | None
     summary: str
+    source: str = NVGPU
+    pci: str = ""  # NVRM lines: the GPU's "dddd:bb:dd", as the driver names it
 
 
 def parse_kmsg_record(raw: str) -> KmsgRecord:
@@ -91,10 +104,35 @@ _RULES: tuple[tuple[str, int | None, str], ...] = (
 )
 
 
+_NVRM_PCI = r"(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
+_NVRM_XID = r"NVRM: Xid \(PCI:" + _NVRM_PCI + r"[^)]*\): (?P<xid>\d+),"
+_NVRM_GPU = r"NVRM: GPU " + _NVRM_PCI + r"\.[0-9a-fA-F]: (?P<text>.*)"
+_NVRM_RULES = (
+    (r"fallen off the bus", "the GPU has fallen off the bus"),
+    (r"rminitadapter failed", "the NVIDIA driver could not initialise the GPU (RmInitAdapter failed)"),
+)
+
+
+def classify_nvrm_line(text: str) -> GpuLogError | None:
+    """A line of NVIDIA's kernel driver (OpenRM, Thor's) that reports a GPU error, or None."""
+    xid = re.search(_NVRM_XID, text)
+    if xid is not None:
+        return GpuLogError(int(xid["xid"]), f"Xid {xid['xid']}", NVRM, xid["pci"].lower())
+    gpu = re.search(_NVRM_GPU, text)
+    if gpu is not None:
+        lowered = gpu["text"].lower()
+        for pattern, summary in _NVRM_RULES:
+            if re.search(pattern, lowered):
+                return GpuLogError(None, summary, NVRM, gpu["pci"].lower())
+    return None
+
+
 def classify_kmsg_line(raw: str) -> GpuLogError | None:
     """What one kernel log line says about the GPU; None for anything that is not a GPU error."""
     record = parse_kmsg_record(raw)
     text = record.text.strip()
+    if "NVRM:" in text:
+        return classify_nvrm_line(text)
     match = re.match(_NVGPU_LINE, text)
     if match is not None:
         if match["tag"] != "ERR":
@@ -117,20 +155,34 @@ def classify_kmsg_line(raw: str) -> GpuLogError | None:
     return None
 
 
-def kmsg_observation(raw: str, policy: XidPolicy) -> Observation | None:
-    """The bad observation a kernel log line gives the GPU under `policy`, or None."""
-    found = classify_kmsg_line(raw)
-    if found is None:
-        return None
+def log_error_observation(found: GpuLogError, raw: str, policy: XidPolicy) -> Observation | None:
+    """The bad observation a classified kernel log line gives its GPU under `policy`, or None."""
     if found.xid is None:
         counts = policy.other_checks_enabled
         label = found.summary
     else:
         counts = policy.is_critical(found.xid)
-        label = f"{found.summary} (Xid-equivalent {found.xid})"
+        label = found.summary if found.source == NVRM else f"{found.summary} (Xid-equivalent {found.xid})"
     if not counts:
         return None
-    return bad(f"nvgpu error in the kernel log: {label}: {parse_kmsg_record(raw).text.strip()[:160]}")
+    driver = "NVIDIA driver" if found.source == NVRM else "nvgpu"
+    return bad(f"{driver} error in the kernel log: {label}: {parse_kmsg_record(raw).text.strip()[:160]}")
+
+
+def kmsg_observation(raw: str, policy: XidPolicy) -> Observation | None:
+    """The bad observation a kernel log line gives the GPU under `policy`, or None."""
+    found = classify_kmsg_line(raw)
+    return None if found is None else log_error_observation(found, raw, policy)
+
+
+def concerns(found: GpuLogError, gpu: Gpu) -> bool:
+    """Whether a driver's error line is about `gpu`: nvgpu's about a GPU nvgpu drives, NVRM's about
+    a GPU on OpenRM at the PCI address the line names."""
+    openrm = gpu.properties.get("gpu_driver") == OPENRM
+    if found.source != NVRM:
+        return not openrm
+    bus = gpu.properties.get("pci_bus_id", "").lower()
+    return openrm and (not found.pci or not bus or bus.startswith(found.pci))
 
 
 # ---------------------------------------------------------------------------------------
@@ -138,9 +190,10 @@ def kmsg_observation(raw: str, policy: XidPolicy) -> Observation | None:
 
 # Opening a Jetson device node is not always harmless: the channel, address-space, TSG,
 # debugger and profiler nodes (and the other engines' nvhost-* nodes) create a session and
-# can power the engine up. Only the control nodes, whose open is cheap, are opened; the
-# others are checked for presence and permissions.
-_OPENABLE_NODE = r"/(nvhost-ctrl|nvhost-ctrl-gpu|nvmap|nvgpu/igpu\d+/ctrl)$"
+# can power the engine up, and on Thor opening /dev/nvidia0 brings the GPU up in the NVIDIA
+# driver. Only the control nodes, whose open is cheap (/dev/nvidiactl opens no GPU), are
+# opened; the others are checked for presence and permissions.
+_OPENABLE_NODE = r"/(nvhost-ctrl|nvhost-ctrl-gpu|nvmap|nvgpu/igpu\d+/ctrl|nvidiactl)$"
 
 
 def check_device_node(host_path: str, shown_as: str) -> str | None:
@@ -233,7 +286,8 @@ class TegraHealthMonitor:
         self._clock = clock
         self._policy = XidPolicy()
         self._gpus: list[Gpu] = []
-        self._records = HealthRecords(clock, recovery_quiet_period_s, "nodes present and no nvgpu errors")
+        self._records = HealthRecords(clock, recovery_quiet_period_s,
+                                     "nodes present and no GPU driver errors in the kernel log")
         self._thread: threading.Thread | None = None
         self._beat = time.monotonic()  # last turn of the monitor loop
         self._started = False
@@ -396,7 +450,7 @@ class TegraHealthMonitor:
         try:
             fd = os.open(self._kmsg_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
-            log.warning("cannot read the kernel log %s (%s): nvgpu errors will not mark the GPU Unhealthy; "
+            log.warning("cannot read the kernel log %s (%s): GPU driver errors will not mark the GPU Unhealthy; "
                         "run the plugin as root (CAP_SYSLOG)", self._kmsg_path, exc.strerror)
             return
         self._kmsg_fd = fd
@@ -431,15 +485,19 @@ class TegraHealthMonitor:
         try:
             records = self._drain_kmsg()
         except OSError as exc:
-            log.warning("reading the kernel log %s failed (%s): nvgpu errors are no longer watched",
+            log.warning("reading the kernel log %s failed (%s): GPU driver errors are no longer watched",
                         self._kmsg_path, exc.strerror)
             os.close(self._kmsg_fd)
             self._kmsg_fd = -1
             return
         for raw in records:
-            observation = kmsg_observation(raw.decode("utf-8", "replace"), self._policy)
-            if observation is not None:
-                for gpu in self._gpus:
+            text = raw.decode("utf-8", "replace")
+            found = classify_kmsg_line(text)
+            observation = None if found is None else log_error_observation(found, text, self._policy)
+            if found is None or observation is None:
+                continue
+            for gpu in self._gpus:
+                if concerns(found, gpu):
                     self._observe(gpu.id, observation)
 
     # -- state --------------------------------------------------------------------------
