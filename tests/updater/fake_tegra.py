@@ -16,10 +16,10 @@ boot chain and root filesystem:
   UEFI counts the boots of each root filesystem slot (RootfsRetryCount, max 1): a slot whose
   count is used up is marked unbootable and the other chain boots; a slot that hangs is reset
   by the watchdog; once Linux is up, tegra-rootfs-verify.service marks the slot good unless
-  the pending marker names it, and nv_update_verifier.service (when an image enables it)
-  marks it good regardless;
+  the pending marker names it, and nv_update_verifier.service (when an image starts it)
+  marks it good regardless, unless the layer's drop-in runs the marker-aware verifier instead;
 - `nvbootctrl` answers get-current-slot, dump-slots-info, verify, set-active-boot-slot, and
-  `systemctl show` says whether a unit ran in this boot.
+  `systemctl show` says whether a unit ran in this boot and what it runs.
 /data (the pending marker, the agent's state) is one directory both slots see."""
 
 from __future__ import annotations
@@ -98,11 +98,21 @@ _SYSTEMCTL = """
 save(s)
 if args[:1] == ["show"]:
     unit = args[-1]
-    print(123456789 if unit in s["units_ran"] else 0)
+    command = s["unit_commands"].get(unit, "")
+    values = {"ExecMainStartTimestampMonotonic": "123456789" if unit in s["units_ran"] else "0",
+              "ExecStart": "{ path=%s ; argv[]=%s ; ignore_errors=no }" % (command.split()[0], command)
+              if command else ""}
+    for arg in args[1:-1]:
+        if arg.startswith("--property="):
+            name = arg.split("=", 1)[1]
+            print("%s=%s" % (name, values.get(name, "")))
     sys.exit(0)
 print("fake systemctl: unexpected " + " ".join(args), file=sys.stderr)
 sys.exit(1)
 """
+
+NVBOOTCTRL_VERIFY = "/usr/sbin/nvbootctrl verify"  # meta-tegra's nv_update_verifier.service
+MARKER_AWARE_VERIFY = "/usr/sbin/tegra-rootfs-verify"  # the layer's drop-in for it
 
 _MENDER = _TEGRA + """
 s["calls"].append(["mender-update", *args])
@@ -190,7 +200,10 @@ class TegraBoard(SimulatedNode):
             "retry": {"0": 1, "1": 1}, "retry_max": 1,
             "capsule_status": 0, "stash": None, "orig_slot": None, "written_slot": None,
             "hangs": [],  # releases whose root filesystem never comes up (the watchdog resets)
-            "verifier_enabled_in": [],  # releases whose image leaves nv_update_verifier enabled
+            "verifier_enabled_in": [],  # releases whose image starts nv_update_verifier at boot
+            # its command: meta-tegra's, or the layer's drop-in (marker-aware, stands down while pending)
+            "unit_commands": {"nv_update_verifier.service": NVBOOTCTRL_VERIFY,
+                              "tegra-rootfs-verify.service": MARKER_AWARE_VERIFY},
             "firmware_skips_capsule": 0,  # resets on which the firmware leaves the capsule alone
             "firmware_rejects_capsule": False,  # e.g. a capsule for another FMP GUID
             "rootfs_override": None,  # a root filesystem slot UEFI boots whatever the chain (a broken pairing)
@@ -297,7 +310,8 @@ class TegraBoard(SimulatedNode):
             self._verify(state, slot)
         if release in state["verifier_enabled_in"]:
             state["units_ran"].append("nv_update_verifier.service")
-            self._verify(state, slot)
+            if state["unit_commands"]["nv_update_verifier.service"] == NVBOOTCTRL_VERIFY or target != slot:
+                self._verify(state, slot)
 
     @staticmethod
     def _verify(state: dict[str, Any], slot: int) -> None:

@@ -8,7 +8,7 @@ import pytest
 from gpu_k8s_update import settings
 from gpu_k8s_update.ab import backend_for, parse_image_info
 from gpu_k8s_update.ab.bootenv import MenderGrub, MenderUBoot, parse_env
-from gpu_k8s_update.ab.tegra import OS_INDICATIONS, MenderTegra, os_indications_armed
+from gpu_k8s_update.ab.tegra import OS_INDICATIONS, MenderTegra, os_indications_armed, unit_verifies_unconditionally
 from gpu_k8s_update.system import SystemStateError
 
 
@@ -68,3 +68,13 @@ def test_os_indications_is_armed_only_with_the_capsule_on_disk_bit(tmp_path: Pat
     assert os_indications_armed(efivar)
     efivar.write_bytes(b"\x07\x00\x00\x00" + (1).to_bytes(8, "little"))
     assert not os_indications_armed(efivar)
+
+
+@pytest.mark.parametrize(("exec_start", "verifies"), [
+    ("{ path=/usr/sbin/nvbootctrl ; argv[]=/usr/sbin/nvbootctrl verify ; ignore_errors=no ; start_time=[n/a] }", True),
+    ("{ path=/usr/sbin/tegra-rootfs-verify ; argv[]=/usr/sbin/tegra-rootfs-verify ; ignore_errors=no }", False),
+    ("{ path=/usr/sbin/nvbootctrl ; argv[]=/usr/sbin/nvbootctrl dump-slots-info ; ignore_errors=no }", False),
+    ("", False),
+])
+def test_a_boot_verifier_counts_only_when_it_runs_nvbootctrl_verify_itself(exec_start: str, verifies: bool) -> None:
+    assert unit_verifies_unconditionally(exec_start) is verifies

@@ -256,13 +256,31 @@ def test_a_new_image_that_marks_its_slot_good_at_boot_is_not_committed(orin_agen
     gate = orin.gate()
     assert gate.returncode == KILLED, describe(gate)
     reason = board.gate_result()["reason"]
-    assert "nv_update_verifier.service ran in this boot" in reason, reason
+    assert "nv_update_verifier.service ran 'nvbootctrl verify' in this boot" in reason, reason
     assert board.state()["committed"] == [] and board.nvbootctrl_calls("set-active-boot-slot", "0") == 1
     orin.reboot(write_new_slot=False)
     assert board.booted() == ("A", OLD_FW, OLD)
     orin.start_k3s()
     job = orin.upgrade()
     assert job.returncode == 3 and "nv_update_verifier" in job.stderr, describe(job)
+
+
+def test_nv_update_verifier_pointed_at_the_marker_aware_verifier_leaves_the_new_slot_to_the_gate(
+        orin_agent: Orin) -> None:
+    """The layer's drop-in: nv_update_verifier runs tegra-rootfs-verify, should anything start it."""
+    orin = orin_agent
+    board = orin.board
+    state = board.state()
+    state["unit_commands"]["nv_update_verifier.service"] = "/usr/sbin/tegra-rootfs-verify"
+    board.change(verifier_enabled_in=[NEW], unit_commands=state["unit_commands"])
+    orin.install()
+    orin.reboot()
+    assert "nv_update_verifier.service" in board.state()["units_ran"], "it did run"
+    assert board.state()["retry"]["1"] == 0, "and left the pending slot unverified"
+    orin.start_k3s()
+    gate = orin.gate()
+    assert gate.returncode == 0, describe(gate)
+    assert board.gate_result()["outcome"] == "committed"
 
 
 def test_a_slot_committed_by_hand_before_the_gate_fails_the_job(orin_agent: Orin) -> None:

@@ -12,7 +12,9 @@ watchdog reset, boots the other chain.
 What the module cannot do for us in standalone mode, this backend does: `mender-update commit`
 never runs the module's ArtifactVerifyReboot, so pending() reports a boot chain and root
 filesystem that disagree; and it reports a slot marked good before the gate (meta-tegra's
-nv_update_verifier.service runs `nvbootctrl verify` on every boot unless the image disables it)."""
+nv_update_verifier.service runs `nvbootctrl verify` on every boot: meta-mender-tegra disables
+it, and our layer's drop-in points it at the marker-aware tegra-rootfs-verify should anything
+start it; an image where it still runs nvbootctrl verify itself has lost its fallback)."""
 
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ UPDATE_MODULE = "tegra-rootfs-image"
 # EFI global variable OsIndications: bit 2 asks the firmware to process capsules on disk.
 OS_INDICATIONS = "OsIndications-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 CAPSULE_ON_DISK = 0x4
-# Units that mark the booted slot good at every boot, regardless of a pending update.
+# meta-tegra's unit that marks the booted slot good at every boot, pending update or not
+# (meta-mender-tegra's native scheme disables it; the layer points it at the marker-aware
+# verifier should anything start it).
 BOOT_VERIFIERS = ("nv_update_verifier.service",)
 
 
@@ -55,6 +59,15 @@ def parse_slots_info(text: str) -> dict[str, str]:
         if sep and value.strip():
             info[name.strip().lower().replace(" ", "_")] = value.strip()
     return info
+
+
+def unit_verifies_unconditionally(exec_start: str) -> bool:
+    """`systemctl show -p ExecStart`: '{ path=/usr/sbin/nvbootctrl ; argv[]=/usr/sbin/nvbootctrl
+    verify ; ... }'. meta-tegra's unit runs nvbootctrl verify; a drop-in that runs
+    tegra-rootfs-verify instead stands down while an update is pending."""
+    argv = re.search(r"argv\[\]=([^;]*)", exec_start)
+    words = argv.group(1).split() if argv else exec_start.split()
+    return bool(words) and Path(words[0]).name == "nvbootctrl" and "verify" in words[1:]
 
 
 def os_indications_armed(efivar: Path) -> bool:
@@ -120,11 +133,16 @@ class MenderTegra(MenderBackend):
     def capsule_staged(self) -> bool:
         return self.esp_capsule.is_file() and os_indications_armed(self.efivars_dir / OS_INDICATIONS)
 
-    def _ran_this_boot(self, unit: str) -> bool:
-        result = run_command([*self.systemctl, "show", "--property=ExecMainStartTimestampMonotonic", "--value",
-                              unit], timeout_s=60)
-        value = result.last_line.strip()
-        return result.returncode == 0 and value.isdigit() and int(value) > 0
+    def _verified_at_boot(self, unit: str) -> bool:
+        """The unit ran in this boot and its command is `nvbootctrl verify` itself, not the
+        marker-aware tegra-rootfs-verify (which the layer's drop-in puts in its place)."""
+        result = run_command([*self.systemctl, "show", "--property=ExecMainStartTimestampMonotonic",
+                              "--property=ExecStart", unit], timeout_s=60)
+        if result.returncode != 0:
+            return False
+        shown = dict(line.partition("=")[::2] for line in result.output.splitlines() if "=" in line)
+        started = shown.get("ExecMainStartTimestampMonotonic", "0").strip()
+        return started.isdigit() and int(started) > 0 and unit_verifies_unconditionally(shown.get("ExecStart", ""))
 
     # ---- the interface --------------------------------------------------------------------
     def pending(self) -> BootState:
@@ -138,8 +156,8 @@ class MenderTegra(MenderBackend):
             return BootState(pending=False, slot_problem=problem)
         if rootfs != target:
             return BootState(pending=True, switch_staged=self.capsule_staged(), slot_problem=problem)
-        early = [f"{unit} ran in this boot (it runs 'nvbootctrl verify' at every boot)"
-                 for unit in BOOT_VERIFIERS if shutil.which(self.systemctl[0]) and self._ran_this_boot(unit)]
+        early = [f"{unit} ran 'nvbootctrl verify' in this boot (it does at every boot, pending update or not)"
+                 for unit in BOOT_VERIFIERS if shutil.which(self.systemctl[0]) and self._verified_at_boot(unit)]
         return BootState(pending=True, committed_early="; ".join(early), slot_problem=problem)
 
     def slots(self) -> dict[str, str]:
