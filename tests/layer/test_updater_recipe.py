@@ -79,7 +79,43 @@ def test_agent_uses_the_standard_library_only_and_the_recipe_ships_every_part_of
     assert not missing, f"RDEPENDS lacks {missing}"
     assert "mender-update" not in rdepends, "without meta-mender nothing provides it: only with the A/B opt-in"
     mender = parse(recipe()).words("RDEPENDS", "${PN}", "append", "gpu-k8s-mender")
-    assert mender == ["mender-update"], "the agent drives mender-update (which brings fw_printenv/grubenv)"
+    assert mender == ["mender-update", "${GPU_K8S_UPDATE_AB_RDEPENDS}"], (
+        "the agent drives mender-update (which brings fw_printenv/grubenv), and on Tegra its module")
+
+
+class _Datastore:
+    """bitbake's d, as far as the recipe's inline Python reads it."""
+
+    def __init__(self, **values: str) -> None:
+        self.values = values
+
+    def getVar(self, name: str) -> str | None:  # bitbake's name
+        return self.values.get(name)
+
+
+def _recipe_backend_function():
+    """The recipe's gpu_k8s_update_ab_backend(d), compiled as bitbake would run it."""
+    text = recipe().read_text()
+    source = re.search(r"^def gpu_k8s_update_ab_backend\(d\):\n(?:    .*\n|\n)+", text, re.M)
+    assert source, "the recipe derives the A/B backend in gpu_k8s_update_ab_backend(d)"
+    scope: dict[str, object] = {}
+    exec(compile(source.group(0), str(recipe()), "exec"), scope)  # our own recipe's function
+    return scope["gpu_k8s_update_ab_backend"]
+
+
+def test_the_image_names_the_backend_of_the_mender_integration_it_was_built_with():
+    backend = _recipe_backend_function()
+    assert backend(_Datastore(TEGRA_MENDER_SCHEME="native", MENDER_FEATURES="mender-uboot")) == "mender-tegra"
+    assert backend(_Datastore(MENDER_FEATURES="mender-image mender-grub mender-image-uefi")) == "mender-grub"
+    assert backend(_Datastore(MENDER_FEATURES="mender-image mender-uboot mender-image-sd")) == "mender-uboot"
+    assert backend(_Datastore(TEGRA_MENDER_SCHEME="classic", MENDER_FEATURES="mender-image")) == ""
+    bb = parse(recipe())
+    install = bb.tasks["do_install:append:gpu-k8s-mender"]
+    assert "artifact_name=%s\\nab_backend=%s" in install and "${MENDER_ARTIFACT_NAME}" in install
+    assert "${D}${datadir}/gpu-k8s-update/image-info" in install and "bbfatal" in install
+    assert bb.value("PACKAGE_ARCH") == "${MACHINE_ARCH}", "image-info differs per machine"
+    tegra_only = bb.value("GPU_K8S_UPDATE_AB_RDEPENDS")
+    assert "tegra-rootfs-update-module" in tegra_only and "== 'mender-tegra'" in tegra_only
 
 
 def test_gate_unit_is_installed_enabled_and_runs_the_console_script():

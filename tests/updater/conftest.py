@@ -10,7 +10,8 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 UPDATER_SRC = TESTS.parents[1] / "updater" / "src"
-for path in (str(UPDATER_SRC), str(TESTS)):
+# The repository root too: the Orin tests provision a node with ./task flash's own code (tools/).
+for path in (str(UPDATER_SRC), str(TESTS), str(TESTS.parents[1])):
     if path not in sys.path:
         sys.path.insert(0, path)
 

@@ -1,11 +1,13 @@
 """A simulated A/B board for the agent's tests: stand-ins at the OS boundary only.
 
-`mender-update`, `fw_printenv`, `reboot` and `kubectl` are small executables on PATH that
-act on one JSON state file the way the real ones act on the board: `install` writes the
-other slot and sets upgrade_available=1 (as Mender's rootfs-image module does), `commit`
-clears it, `rollback` switches back while it is set, `reboot` kills its caller (the agent is
-killed by its own reboot), and `Board.power_cycle()` runs the U-Boot boot counter
-(bootlimit=1: a second boot with upgrade_available=1 returns to the other slot)."""
+`mender-update`, `fw_printenv` (or GRUB's `grub-mender-grubenv-print`), `reboot` and
+`kubectl` are small executables on PATH that act on one JSON state file the way the real ones
+act on the board: `install` writes the other slot and sets upgrade_available=1 (as Mender's
+rootfs-image module does), `commit` clears it, `rollback` switches back while it is set,
+`reboot` kills its caller (the agent is killed by its own reboot), and `Board.power_cycle()`
+runs Mender's boot counter (bootlimit=1: a second boot with upgrade_available=1 returns to
+the other slot). Each boot writes the booted slot's image-info, as the image carries it.
+The Jetson Orin/Thor board (meta-mender-tegra's native scheme) is in fake_tegra.py."""
 
 from __future__ import annotations
 
@@ -229,23 +231,24 @@ class DockerSocket:
         self.server.server_close()
 
 
-class Board:
-    """One simulated node: two slots, a bootloader environment, Mender's state, the API's view."""
+class SimulatedNode:
+    """What every simulated node shares: stand-ins on PATH acting on one JSON state file, the
+    image-info of the booted slot, the boot id, the data partition, the kubelet's checkpoint."""
 
-    def __init__(self, root: Path, running: str = "gpu-k8s-1.0.0") -> None:
+    backend = ""  # the ab_backend its images name
+
+    def __init__(self, root: Path, state: dict[str, Any], scripts: dict[str, str]) -> None:
         self.root = root
         self.bin = root / "bin"
         self.bin.mkdir(parents=True)
         self.state_file = root / "board.json"
-        self.artifact_info = root / "etc-mender-artifact_info"
+        self.image_info = root / "usr-share-gpu-k8s-update-image-info"
         self.boot_id_file = root / "boot_id"
         self.data = root / "data" / "gpu-k8s-update"
         self.kubeconfig = root / "kubelet.kubeconfig"
         self.kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
         self.checkpoint = root / "kubelet_internal_checkpoint"
         self._save({
-            "bootenv": {"mender_boot_part": SLOT_A, "upgrade_available": "0", "bootcount": "0", "bootlimit": "1"},
-            "slots": {SLOT_A: running, SLOT_B: "gpu-k8s-0.0.0"},
             "in_progress": None,
             "committed": [],
             "artifacts": {},
@@ -255,14 +258,13 @@ class Board:
             "api_down": False,
             "node": node_object(),
             "kubeconfig_path": str(self.kubeconfig),
+            **state,
         })
-        for name, body in (("mender-update", _MENDER), ("fw_printenv", _PRINTENV), ("reboot", _REBOOT),
-                           ("kubectl", _KUBECTL)):
+        for name, body in {"reboot": _REBOOT, "kubectl": _KUBECTL, **scripts}.items():
             script = self.bin / name
             script.write_text(f"#!{sys.executable}\n" + _PRELUDE.format(state=str(self.state_file)) + body)
             script.chmod(0o755)
-        self.boot_id_file.write_text(str(uuid.uuid4()) + "\n")
-        self._write_running()
+        self._linux_up()
         self.register_plugin()
 
     # --- state -------------------------------------------------------------------------
@@ -277,10 +279,10 @@ class Board:
         state.update(values)
         self._save(state)
 
-    def publish(self, url: str, name: str, kill_caller_during_install: int = 0) -> None:
+    def publish(self, url: str, name: str, kill_caller_during_install: int = 0, **extra: Any) -> None:
         """Make an artifact downloadable from `url`."""
         state = self.state()
-        state["artifacts"][url] = {"name": name, "kill_caller_during_install": kill_caller_during_install}
+        state["artifacts"][url] = {"name": name, "kill_caller_during_install": kill_caller_during_install, **extra}
         self._save(state)
 
     def mender_calls(self, action: str) -> int:
@@ -288,11 +290,12 @@ class Board:
 
     @property
     def running(self) -> str:
-        return self.artifact_info.read_text().strip().partition("=")[2]
-
-    @property
-    def pending(self) -> bool:
-        return self.state()["bootenv"]["upgrade_available"] == "1"
+        """The release of the booted slot, as its image-info says."""
+        for line in self.image_info.read_text().splitlines():
+            name, _, value = line.partition("=")
+            if name == "artifact_name":
+                return value
+        raise AssertionError(f"{self.image_info} has no artifact_name")
 
     def marker(self) -> dict[str, Any] | None:
         path = self.data / "marker.json"
@@ -311,26 +314,23 @@ class Board:
     def set_node(self, ready: bool = True, gpus: int = 1, name: str = "nano-1") -> None:
         self.change(node=node_object(ready, gpus, name))
 
-    # --- the bootloader ----------------------------------------------------------------
-    def power_cycle(self) -> None:
-        """U-Boot with Mender's boot counter: with upgrade_available=1, the first boot tries the
-        new slot; a boot beyond bootlimit runs altbootcmd (other slot, upgrade_available=0)."""
-        state = self.state()
-        env = state["bootenv"]
-        if env["upgrade_available"] == "1":
-            env["bootcount"] = str(int(env["bootcount"]) + 1)
-            if int(env["bootcount"]) > int(env["bootlimit"]):
-                env["mender_boot_part"] = SLOT_B if env["mender_boot_part"] == SLOT_A else SLOT_A
-                env["upgrade_available"] = "0"
-        state["boots"] += 1
-        self._save(state)
-        self.boot_id_file.write_text(str(uuid.uuid4()) + "\n")
-        self._write_running()
+    # --- booting -------------------------------------------------------------------------
+    def booted_artifact(self, state: dict[str, Any]) -> str:
+        raise NotImplementedError
 
-    def _write_running(self) -> None:
-        state = self.state()
-        name = state["slots"][state["bootenv"]["mender_boot_part"]]
-        self.artifact_info.write_text(f"artifact_name={name}\n")
+    def booted_slot(self) -> str:
+        """The slot this boot runs."""
+        raise NotImplementedError
+
+    def written_slot(self) -> str:
+        """The slot the last install wrote."""
+        raise NotImplementedError
+
+    def _linux_up(self) -> None:
+        """Linux has booted: a new boot id, and the booted root filesystem's image-info."""
+        self.boot_id_file.write_text(str(uuid.uuid4()) + "\n")
+        name = self.booted_artifact(self.state())
+        self.image_info.write_text(f"artifact_name={name}\nab_backend={self.backend}\n")
 
     # --- running the agent -------------------------------------------------------------
     def environment(self, kubelet_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -338,7 +338,7 @@ class Board:
             "PATH": f"{self.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "PYTHONPATH": str(UPDATER_SRC),
             "GPU_K8S_UPDATE_STATE_DIR": str(self.data),
-            "GPU_K8S_UPDATE_ARTIFACT_INFO": str(self.artifact_info),
+            "GPU_K8S_UPDATE_IMAGE_INFO": str(self.image_info),
             "GPU_K8S_UPDATE_BOOT_ID_FILE": str(self.boot_id_file),
             "GPU_K8S_UPDATE_REBOOT_COMMAND": "reboot",
             "GPU_K8S_UPDATE_KUBECTL_COMMAND": "kubectl",
@@ -356,6 +356,51 @@ class Board:
         }
         env.update(extra or {})
         return env
+
+
+# The program that prints the bootloader environment with each Mender integration.
+ENV_PRINTERS = {"mender-uboot": "fw_printenv", "mender-grub": "grub-mender-grubenv-print"}
+
+
+class Board(SimulatedNode):
+    """A Jetson Nano (U-Boot, the default) or an x86-64 node (GRUB): two slots, a bootloader
+    environment with Mender's boot counter, Mender's rootfs-image module, the API's view."""
+
+    def __init__(self, root: Path, running: str = "gpu-k8s-1.0.0", backend: str = "mender-uboot") -> None:
+        self.backend = backend
+        super().__init__(root, {
+            "bootenv": {"mender_boot_part": SLOT_A, "upgrade_available": "0", "bootcount": "0", "bootlimit": "1"},
+            "slots": {SLOT_A: running, SLOT_B: "gpu-k8s-0.0.0"},
+        }, {"mender-update": _MENDER, ENV_PRINTERS[backend]: _PRINTENV})
+
+    @property
+    def pending(self) -> bool:
+        return self.state()["bootenv"]["upgrade_available"] == "1"
+
+    def booted_artifact(self, state: dict[str, Any]) -> str:
+        return state["slots"][state["bootenv"]["mender_boot_part"]]
+
+    def booted_slot(self) -> str:
+        return self.state()["bootenv"]["mender_boot_part"]
+
+    def written_slot(self) -> str:
+        return self.state()["bootenv"]["mender_boot_part"]
+
+    # --- the bootloader ----------------------------------------------------------------
+    def power_cycle(self) -> None:
+        """Mender's boot counter (U-Boot's bootcount/altbootcmd, GRUB's mender_grubenv): with
+        upgrade_available=1 the first boot tries the new slot; a boot beyond bootlimit returns
+        to the other slot with upgrade_available=0."""
+        state = self.state()
+        env = state["bootenv"]
+        if env["upgrade_available"] == "1":
+            env["bootcount"] = str(int(env["bootcount"]) + 1)
+            if int(env["bootcount"]) > int(env["bootlimit"]):
+                env["mender_boot_part"] = SLOT_B if env["mender_boot_part"] == SLOT_A else SLOT_A
+                env["upgrade_available"] = "0"
+        state["boots"] += 1
+        self._save(state)
+        self._linux_up()
 
 
 def agent_command(*args: str) -> list[str]:

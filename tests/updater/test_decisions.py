@@ -9,19 +9,21 @@ from gpu_k8s_update.model import GatePolicy, HealthFacts, Marker, NodeStatus, Ou
 THIS_BOOT, EARLIER_BOOT = "boot-2", "boot-1"
 
 
-def marker(phase: Phase, version: str = "1.1.0", boot_id: str = EARLIER_BOOT, attempts: int = 1) -> Marker:
-    return Marker(version, "https://u/x.mender", phase, boot_id, "gpu-k8s-1.0.0", attempts)
+def marker(phase: Phase, version: str = "1.1.0", boot_id: str = EARLIER_BOOT, attempts: int = 1,
+           switch_reboots: int = 0) -> Marker:
+    return Marker(version, "https://u/x.mender", phase, boot_id, "gpu-k8s-1.0.0", attempts,
+                  switch_reboots=switch_reboots)
 
 
-def facts(booted: str, pending: bool, mark: Marker | None) -> UpdateFacts:
-    return UpdateFacts("1.1.0", booted, pending, THIS_BOOT, mark)
+def facts(booted: str, pending: bool, mark: Marker | None, gate: str | None = None,
+          staged: bool = False) -> UpdateFacts:
+    return UpdateFacts("1.1.0", booted, pending, THIS_BOOT, mark, switch_staged=staged, gate_outcome=gate)
 
 
 @pytest.mark.parametrize(
     ("booted", "pending", "mark", "step"),
     [
         ("gpu-k8s-1.1.0", False, None, Step.DONE),
-        ("gpu-k8s-1.1.0", False, marker(Phase.INSTALLED), Step.DONE),
         ("gpu-k8s-1.1.0", True, marker(Phase.INSTALLED), Step.WAIT_FOR_GATE),
         ("gpu-k8s-1.0.0", False, marker(Phase.INSTALLED), Step.ROLLED_BACK),
         ("gpu-k8s-1.0.0", True, marker(Phase.INSTALLED), Step.ROLLED_BACK),
@@ -39,6 +41,33 @@ def test_every_state_maps_to_one_step(booted: str, pending: bool, mark: Marker |
     decision = decide.plan_upgrade(facts(booted, pending, mark), max_attempts=3)
     assert decision.step is step, decision.reason
     assert decision.reason
+
+
+@pytest.mark.parametrize(
+    ("gate", "step"),
+    [("committed", Step.DONE), ("committing", Step.DONE), (None, Step.UNGATED), ("rolled-back", Step.UNGATED),
+     ("committed-elsewhere", Step.UNGATED)],
+)
+def test_a_committed_update_is_done_only_when_the_gate_passed_it(gate: str | None, step: Step) -> None:
+    decision = decide.plan_upgrade(facts("gpu-k8s-1.1.0", False, marker(Phase.INSTALLED), gate=gate), max_attempts=3)
+    assert decision.step is step, decision.reason
+    without_marker = decide.plan_upgrade(facts("gpu-k8s-1.1.0", False, None), max_attempts=3)
+    assert without_marker.step is Step.DONE, "no marker: nothing of ours to vouch for"
+
+
+def test_the_old_slot_with_the_capsule_still_staged_is_rebooted_not_reported_rolled_back() -> None:
+    staged = decide.plan_upgrade(facts("gpu-k8s-1.0.0", True, marker(Phase.INSTALLED), staged=True), max_attempts=3)
+    assert staged.step is Step.REBOOT and staged.count_reboot, staged.reason
+    assert "capsule" in staged.reason
+    this_boot = decide.plan_upgrade(
+        facts("gpu-k8s-1.0.0", True, marker(Phase.INSTALLED, boot_id=THIS_BOOT), staged=True), max_attempts=3)
+    assert this_boot.step is Step.REBOOT and not this_boot.count_reboot, "installed in this boot: the first reboot"
+    spent = decide.plan_upgrade(
+        facts("gpu-k8s-1.0.0", True, marker(Phase.INSTALLED, switch_reboots=decide.MAX_SWITCH_REBOOTS), staged=True),
+        max_attempts=3)
+    assert spent.step is Step.ROLLED_BACK and "did not apply the update capsule" in spent.reason
+    not_staged = decide.plan_upgrade(facts("gpu-k8s-1.0.0", True, marker(Phase.INSTALLED)), max_attempts=3)
+    assert not_staged.step is Step.ROLLED_BACK, "capsule gone and still the old slot: the new one fell back"
 
 
 def test_an_interrupted_install_is_cleaned_before_installing_again() -> None:
@@ -170,7 +199,8 @@ def test_a_bad_flag_value_is_refused_like_a_bad_variable() -> None:
     [("GPU_K8S_UPDATE_GATE_TIMEOUT_S", "soon", "must be a number"),
      ("GPU_K8S_UPDATE_POLL_INTERVAL_S", "0", "greater than 0"),
      ("GPU_K8S_UPDATE_GPU", "maybe", "yes, no or auto"),
-     ("GPU_K8S_UPDATE_MENDER_COMMAND", " ", "is empty")],
+     ("GPU_K8S_UPDATE_MENDER_COMMAND", " ", "is empty"),
+     ("GPU_K8S_UPDATE_AB_BACKEND", "swupdate", "one of mender-grub, mender-uboot, mender-tegra")],
 )
 def test_bad_settings_name_the_variable(variable: str, value: str, message: str) -> None:
     with pytest.raises(settings.SettingsError, match=message) as raised:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from fake_board import Board, DockerSocket, HealthServer, describe, run_agent, running_agent
 
 URL = "https://updates.example/1.1.0/gpu-k8s-image-jetson-nano-devkit.mender"
@@ -45,7 +47,13 @@ def test_first_run_installs_marks_and_is_killed_by_its_own_reboot(board: Board, 
     assert board.pending and board.running == "gpu-k8s-1.0.0"
 
 
-def test_healthy_node_is_committed_and_the_job_then_succeeds(board: Board, kubelet: HealthServer) -> None:
+@pytest.fixture(params=["mender-uboot", "mender-grub"], ids=["nano-uboot", "x86-64-grub"])
+def either_board(request: pytest.FixtureRequest, tmp_path: Path) -> Board:
+    return Board(tmp_path / "board", backend=request.param)
+
+
+def test_healthy_node_is_committed_and_the_job_then_succeeds(either_board: Board, kubelet: HealthServer) -> None:
+    board = either_board
     installed_and_rebooted(board, kubelet)
     result = gate(board, kubelet)
     assert result.returncode == 0, describe(result)
@@ -104,7 +112,9 @@ def test_upgrade_on_the_new_slot_waits_for_the_gate_then_succeeds(board: Board, 
     assert board.mender_calls("install") == 1
 
 
-def test_unhealthy_kubelet_rolls_back_and_the_job_fails_at_that_node(board: Board, kubelet: HealthServer) -> None:
+def test_unhealthy_kubelet_rolls_back_and_the_job_fails_at_that_node(
+        either_board: Board, kubelet: HealthServer) -> None:
+    board = either_board
     installed_and_rebooted(board, kubelet)
     kubelet.set_status(500)
     result = gate(board, kubelet)
@@ -191,7 +201,9 @@ def test_api_server_unreachable_commits_on_local_checks_after_the_grace(board: B
     assert board.state()["committed"] == [NEW]
 
 
-def test_boot_counter_returns_to_the_old_slot_when_the_gate_never_runs(board: Board, kubelet: HealthServer) -> None:
+def test_boot_counter_returns_to_the_old_slot_when_the_gate_never_runs(
+        either_board: Board, kubelet: HealthServer) -> None:
+    board = either_board
     installed_and_rebooted(board, kubelet)
     board.power_cycle()  # hung boot, watchdog reset: bootcount exceeds bootlimit
     assert board.running == "gpu-k8s-1.0.0" and not board.pending
@@ -297,16 +309,29 @@ def test_status_shows_the_next_step(board: Board, kubelet: HealthServer) -> None
 
 def test_a_board_without_an_ab_updater_is_refused_clearly_and_nothing_is_written(
         board: Board, kubelet: HealthServer) -> None:
-    """An Orin image without Mender (or any image built without the A/B opt-in)."""
+    """An image built without the A/B opt-in: no image-info, no mender-update."""
     (board.bin / "mender-update").unlink()
-    board.artifact_info.unlink()
+    board.image_info.unlink()
     board.publish(URL, NEW)
-    result = upgrade(board, kubelet)
-    assert result.returncode == 6, describe(result)
-    assert "this image has no A/B updater (mender-update is not installed" in result.stderr
-    assert "First flash with the A/B layout" in result.stderr
+    for command in (("upgrade", "--version", "1.1.0", "--artifact-url", URL), ("gate",)):
+        result = run_agent(board.environment(kubelet.url), *command)
+        assert result.returncode == 6, describe(result)
+        errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+        assert len(errors) == 1 and "this image has no A/B updater" in errors[0], result.stderr
+        assert "First flash with the A/B layout" in errors[0]
+        assert "Traceback" not in result.stderr
     assert board.marker() is None and board.state()["reboots"] == 0, "nothing was marked, nothing rebooted"
-    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("tool", ["mender-update", "fw_printenv"])
+def test_an_ab_image_missing_a_tool_of_its_backend_names_it(board: Board, kubelet: HealthServer, tool: str) -> None:
+    (board.bin / tool).unlink()
+    board.publish(URL, NEW)
+    for command in (("upgrade", "--version", "1.1.0", "--artifact-url", URL), ("gate",)):
+        result = run_agent(board.environment(kubelet.url), *command)
+        assert result.returncode == 6, describe(result)
+        assert f"(mender-uboot: {tool} is not installed)" in result.stderr, result.stderr
+    assert board.marker() is None and board.state()["calls"] == []
 
 
 def test_the_release_version_before_the_command_is_refused_not_mistaken(board: Board, kubelet: HealthServer) -> None:
@@ -317,3 +342,18 @@ def test_the_release_version_before_the_command_is_refused_not_mistaken(board: B
     assert board.mender_calls("install") == 0
     own = run_agent(env, "--version")
     assert own.returncode == 0 and own.stdout.startswith("gpu-k8s-update ")
+
+
+def test_an_update_committed_before_the_gate_judged_it_fails_the_job(
+        either_board: Board, kubelet: HealthServer) -> None:
+    """Someone ran `mender-update commit` on the new slot before the gate did."""
+    board = either_board
+    installed_and_rebooted(board, kubelet)
+    commit = subprocess.run([str(board.bin / "mender-update"), "commit"], capture_output=True, text=True, check=False)
+    assert commit.returncode == 0 and not board.pending
+    result = gate(board, kubelet)
+    assert result.returncode == 0 and "committed, but not by this gate" in result.stderr, describe(result)
+    assert board.gate_result()["outcome"] == "committed-elsewhere"
+    job = upgrade(board, kubelet)
+    assert job.returncode == 7 and "never passed it" in job.stderr, describe(job)
+    assert upgrade(board, kubelet).returncode == 7, "re-running keeps the rollout stopped"

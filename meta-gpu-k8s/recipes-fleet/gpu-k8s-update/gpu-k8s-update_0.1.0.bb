@@ -19,10 +19,43 @@ inherit python_setuptools_build_meta systemd gpu_k8s_repo_source
 # skipped, not a parse error, where updater/ is missing (a copy of the layer alone)
 GPU_K8S_REPO_SOURCE = "updater"
 
+# image-info (below) differs per machine and per release: never share the package between machines.
+PACKAGE_ARCH = "${MACHINE_ARCH}"
+
+# image-info, read by the agent on the running slot: the release this root filesystem carries
+# and its A/B backend. Mender 4 and later keep the artifact name only in their database on
+# /data, written at commit, so a new slot cannot learn its own release from Mender before the
+# gate commits it. The backend follows the Mender integration this build configured (never a
+# guess on the board): meta-mender-tegra's native scheme on the Orin and Thor, GRUB's or
+# U-Boot's environment with the stock rootfs-image module elsewhere.
+GPU_K8S_UPDATE_AB_BACKEND ??= "${@gpu_k8s_update_ab_backend(d)}"
+
+def gpu_k8s_update_ab_backend(d):
+    if d.getVar('TEGRA_MENDER_SCHEME') == 'native':
+        return 'mender-tegra'
+    features = (d.getVar('MENDER_FEATURES') or '').split()
+    if 'mender-grub' in features:
+        return 'mender-grub'
+    if 'mender-uboot' in features:
+        return 'mender-uboot'
+    return ''
+
 do_install:append() {
     install -d ${D}${systemd_system_unitdir}
     install -m 0644 ${S}/systemd/gpu-k8s-update-gate.service ${D}${systemd_system_unitdir}/
 }
+
+do_install:append:gpu-k8s-mender() {
+    if [ -z "${GPU_K8S_UPDATE_AB_BACKEND}" ]; then
+        bbfatal "gpu-k8s-update: this build configures no Mender integration the agent drives (no mender-grub or" \
+            "mender-uboot in MENDER_FEATURES, no native TEGRA_MENDER_SCHEME): set GPU_K8S_UPDATE_AB_BACKEND to" \
+            "mender-grub, mender-uboot or mender-tegra"
+    fi
+    install -d ${D}${datadir}/gpu-k8s-update
+    printf 'artifact_name=%s\nab_backend=%s\n' "${MENDER_ARTIFACT_NAME}" "${GPU_K8S_UPDATE_AB_BACKEND}" \
+        > ${D}${datadir}/gpu-k8s-update/image-info
+}
+# (${datadir}/${BPN} is in FILES:${PN} by default.)
 
 # Standard library only. Packages per oe-core's python3 manifest: argparse, subprocess,
 # urllib (core), dataclasses (profile), http.client (netclient), socket (io), shlex (shell).
@@ -41,7 +74,11 @@ RDEPENDS:${PN} = " \
 # gpu-k8s-mender override) pulls in meta-mender: elsewhere nothing provides it, and the
 # layer must still resolve every recipe (bitbake world, yocto-check-layer).
 # nooelint: oelint.vars.specific - gpu-k8s-mender is a DISTROOVERRIDES entry (the A/B opt-in), not a machine
-RDEPENDS:${PN}:append:gpu-k8s-mender = " mender-update"
+RDEPENDS:${PN}:append:gpu-k8s-mender = " mender-update ${GPU_K8S_UPDATE_AB_RDEPENDS}"
+# Jetson Orin and Thor: the agent reads the slots with nvbootctrl and commits and rolls back
+# through meta-mender-tegra's tegra-rootfs-image module (which also brings nvbootctrl, the
+# OsIndications helper and mender-flash); never installed without them.
+GPU_K8S_UPDATE_AB_RDEPENDS = "${@'tegra-rootfs-update-module tegra-redundant-boot-base' if d.getVar('GPU_K8S_UPDATE_AB_BACKEND') == 'mender-tegra' else ''}"
 
 SYSTEMD_SERVICE:${PN} = "gpu-k8s-update-gate.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"

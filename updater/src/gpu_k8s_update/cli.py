@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -11,6 +12,7 @@ import time
 from collections.abc import Sequence
 
 from gpu_k8s_update import __version__, decide, gate, logs, plans, settings, upgrade
+from gpu_k8s_update.exits import EXIT_USAGE
 from gpu_k8s_update.node import Node
 from gpu_k8s_update.system import SystemStateError
 
@@ -80,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = misplaced_version(args)
     if problem:
         print(f"gpu-k8s-update: error: {problem}", file=sys.stderr)
-        return upgrade.EXIT_USAGE
+        return EXIT_USAGE
     arguments = build_parser().parse_args(args)
     logs.setup(arguments.log_level)
     flags = {name: getattr(arguments, name, None) for name in (
@@ -89,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = settings.load(os.environ, flags)
     except settings.SettingsError as error:
         log.error("%s", error)
-        return upgrade.EXIT_USAGE
+        return EXIT_USAGE
     node = Node.from_settings(config)
     if arguments.command == "gate":
         return gate.run_gate(node)
@@ -112,13 +114,19 @@ def _wait_plan(arguments: argparse.Namespace) -> int:
 
 
 def _status(node: Node, version: str | None) -> int:
-    report: dict[str, object] = {}
+    report: dict[str, object] = {"backend": node.ab.name}
+    problem = node.ab.check()
+    if problem:
+        report["error"] = problem
     try:
-        report["booted_version"] = node.host.booted_version()
-        report["pending"] = node.bootenv.upgrade_pending()
+        report["booted_version"] = node.ab.booted_version()
+        state = node.ab.pending()
+        report["pending"] = state.pending
+        report["boot_state"] = {name: value for name, value in dataclasses.asdict(state).items() if value}
+        report["slots"] = node.ab.slots()
         report["boot_id"] = node.host.boot_id()
     except SystemStateError as error:
-        report["error"] = str(error)
+        report.setdefault("error", str(error))
     report["node_name"] = {"name": node.node_name, "from": node.node_name_source}
     marker = node.store.load_marker()
     report["marker"] = marker.to_json() if marker else None

@@ -6,6 +6,7 @@ from typing import Any
 
 from gpu_k8s_update.model import (
     Decision,
+    GateOutcome,
     GatePolicy,
     HealthFacts,
     NodeStatus,
@@ -25,32 +26,60 @@ def version_matches(artifact_name: str, version: str) -> bool:
     return artifact_name == version or artifact_name.endswith("-" + version)
 
 
+# Extra reboots the upgrade asks for while the old slot keeps coming up with the capsule still
+# staged (the firmware applies it on a reset, so normally Linux never sees that state).
+MAX_SWITCH_REBOOTS = 2
+_GATE_PASSED = (GateOutcome.COMMITTING.value, GateOutcome.COMMITTED.value)
+
+
 def plan_upgrade(facts: UpdateFacts, max_attempts: int) -> Decision:
     """What the upgrade command does next. Re-running it in any state is safe: every
     state maps to one step, and the steps that act write the marker first."""
     marker = facts.marker
     ours = marker is not None and marker.version == facts.target
+    installed = ours and marker is not None and marker.phase is Phase.INSTALLED
     on_target = version_matches(facts.booted_version, facts.target)
     if on_target and not facts.pending:
+        if installed and facts.gate_outcome not in _GATE_PASSED:
+            return _decision(
+                Step.UNGATED,
+                f"running {facts.booted_version}, committed, but the health gate never passed it (its verdict: "
+                f"{facts.gate_outcome or 'none'}): something committed the new slot before it was judged (a hand-run "
+                "'mender-update commit', a service that marks the booted slot good); the node keeps an unproven "
+                "update. Check it, then run 'gpu-k8s-update forget'",
+            )
         return _decision(Step.DONE, f"running {facts.booted_version}, committed")
     if on_target:
         return _decision(
             Step.WAIT_FOR_GATE, f"running {facts.booted_version}, not committed yet: the health gate decides"
         )
     rebooted_since = marker is not None and marker.boot_id != facts.boot_id
-    if ours and marker is not None and marker.phase is Phase.INSTALLED and rebooted_since:
+    if installed and marker is not None and rebooted_since and facts.switch_staged:
+        if marker.switch_reboots >= MAX_SWITCH_REBOOTS:
+            return _decision(
+                Step.ROLLED_BACK,
+                f"{facts.target} is installed, but after {marker.switch_reboots + 1} reboots this node still runs "
+                f"{facts.booted_version} with the switch staged: the boot firmware did not apply the update capsule",
+            )
+        return _decision(
+            Step.REBOOT,
+            f"{facts.target} is installed and staged, but this boot still runs {facts.booted_version}: the boot "
+            "firmware has not applied the capsule that switches slots yet; rebooting again",
+            count_reboot=True,
+        )
+    if installed and rebooted_since:
         return _decision(
             Step.ROLLED_BACK,
             f"{facts.target} was installed and booted, but this node is back on {facts.booted_version}: "
             "the new slot failed its health gate or did not boot",
         )
-    if ours and marker is not None and marker.phase is Phase.INSTALLED and facts.pending:
+    if installed and facts.pending:
         return _decision(Step.REBOOT, f"{facts.target} is installed in the other slot; the reboot did not happen yet")
     if facts.pending and not ours:
         owner = f"an update to {marker.version}" if marker is not None else "an update installed outside gpu-k8s-update"
         return _decision(
             Step.BUSY,
-            f"{owner} is pending (upgrade_available=1); let its gate finish, or run "
+            f"{owner} is pending (installed, not committed); let its gate finish, or run "
             "'mender-update rollback' to drop it",
         )
     if ours and marker is not None and marker.phase is Phase.INSTALLING:
@@ -68,8 +97,8 @@ def plan_upgrade(facts: UpdateFacts, max_attempts: int) -> Decision:
     return _decision(Step.INSTALL, f"running {facts.booted_version}, target {facts.target}", clean_first=facts.pending)
 
 
-def _decision(step: Step, reason: str, clean_first: bool = False) -> Decision:
-    return Decision(step, reason, clean_first)
+def _decision(step: Step, reason: str, clean_first: bool = False, count_reboot: bool = False) -> Decision:
+    return Decision(step, reason, clean_first, count_reboot)
 
 
 def judge_health(facts: HealthFacts, policy: GatePolicy, elapsed_s: float) -> Verdict:

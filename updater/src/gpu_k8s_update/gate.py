@@ -7,48 +7,58 @@ import logging
 from dataclasses import replace
 
 from gpu_k8s_update import decide
-from gpu_k8s_update.model import GatePolicy, Outcome, Phase
+from gpu_k8s_update.ab.mender import MENDER_NO_UPDATE_IN_PROGRESS
+from gpu_k8s_update.exits import EXIT_ERROR, EXIT_NO_UPDATER, EXIT_OK
+from gpu_k8s_update.model import BootState, GateOutcome, GatePolicy, Marker, Outcome, Phase
 from gpu_k8s_update.node import Node
-from gpu_k8s_update.system import MENDER_NO_UPDATE_IN_PROGRESS, SystemStateError, missing_ab_updater
+from gpu_k8s_update.system import SystemStateError
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_ERROR = 1
 
 
 def run_gate(node: Node) -> int:
     settings, store = node.settings, node.store
-    no_updater = missing_ab_updater(settings.mender_command, settings.artifact_info)
+    no_updater = node.ab.check()
     if no_updater:
         log.error("gate: %s", no_updater)
-        return EXIT_ERROR
+        return EXIT_NO_UPDATER
     try:
-        pending = node.bootenv.upgrade_pending()
-        booted = node.host.booted_version()
+        state = node.ab.pending()
+        booted = node.ab.booted_version()
         boot_id = node.host.boot_id()
     except SystemStateError as error:
         log.error("gate: %s", error)
         return EXIT_ERROR
-    if not pending:
-        log.info("gate: no update pending (upgrade_available=0) on %s: nothing to decide", booted)
-        return EXIT_OK
     marker = store.load_marker()
+    if not state.pending:
+        if _committed_without_us(node, marker, booted):
+            return EXIT_OK
+        log.info("gate: no update pending on %s (%s): nothing to decide", booted, node.ab.name)
+        return EXIT_OK
     if marker is not None and marker.phase is Phase.INSTALLED and marker.boot_id == boot_id:
         log.info("gate: %s was installed in this boot; the gate decides after the reboot into it", marker.version)
         return EXIT_OK
     if marker is not None and not decide.version_matches(booted, marker.version):
-        log.warning(
-            "gate: update pending but this slot runs %s, not %s: not committing; the upgrade command reports it",
-            booted, marker.version,
-        )
+        if state.switch_staged:
+            # Not the new slot yet: the firmware applies the capsule on a reset. Judging (or
+            # rolling back) here would throw away an update that has not been tried.
+            log.info("gate: %s is staged but this boot still runs %s: the boot firmware switches slots on the next "
+                     "reset (the upgrade command reboots for it); nothing to judge in this boot",
+                     marker.version, booted)
+        else:
+            log.warning("gate: update pending but this slot runs %s, not %s: not committing; the upgrade command "
+                        "reports it", booted, marker.version)
         return EXIT_OK
+    unfit = _unfit_to_commit(state)
+    if unfit:
+        return roll_back(node, booted, unfit)
     expected, why = decide.gpu_expected(settings.gpu, marker.gpus_before if marker else None)
     policy = GatePolicy(settings.gate_timeout_s, expected, settings.unreachable_grace_s)
-    log.info("gate: judging %s within %.0fs as node %s (%s); %s", booted, policy.timeout_s, node.node_name,
-             node.node_name_source, why)
+    log.info("gate: judging %s within %.0fs as node %s (%s); %s; A/B backend %s", booted, policy.timeout_s,
+             node.node_name, node.node_name_source, why, node.ab.name)
     store.record("gate-start", version=booted, gpu_expected=expected, why=why, node=node.node_name,
-                 node_name_from=node.node_name_source)
+                 node_name_from=node.node_name_source, backend=node.ab.name)
     boot_time = node.host.boot_time()
     started = node.host.monotonic()
     last_reason = ""
@@ -78,20 +88,59 @@ def run_gate(node: Node) -> int:
         node.host.sleep(settings.poll_interval_s)
 
 
+def _unfit_to_commit(state: BootState) -> str:
+    """A new slot that must not be committed whatever its health: its boot chain and root
+    filesystem disagree, or something marked it good before the gate (then a hang would no
+    longer fall back, so the image has lost its safety net)."""
+    if state.slot_problem:
+        return f"the new slot did not boot as a whole: {state.slot_problem}"
+    if state.committed_early:
+        return (f"the new slot was marked good before the health gate judged it: {state.committed_early}; an image "
+                "that does this cannot fall back from a hung update")
+    return ""
+
+
+def _committed_without_us(node: Node, marker: Marker | None, booted: str) -> bool:
+    """Our update runs, committed, with no pass of ours: record it (the upgrade job then fails)."""
+    if marker is None or marker.phase is not Phase.INSTALLED or not decide.version_matches(booted, marker.version):
+        return False
+    last = node.store.load_gate_result() or {}
+    if last.get("version") == booted and last.get("outcome") in (GateOutcome.COMMITTING.value,
+                                                                 GateOutcome.COMMITTED.value):
+        return False
+    reason = (f"{booted} is committed, but not by this gate: something committed it before it was judged "
+              "(a hand-run 'mender-update commit', a service that marks the booted slot good)")
+    log.error("gate: %s", reason)
+    node.store.save_gate_result({"version": booted, "outcome": GateOutcome.COMMITTED_ELSEWHERE.value,
+                                 "reason": reason})
+    node.store.record("gate-committed-elsewhere", version=booted, reason=reason)
+    return True
+
+
 def _wants_smoke_pod(node: Node, policy: GatePolicy, api_reachable: bool) -> bool:
     return bool(node.settings.smoke_image) and policy.gpu_expected and api_reachable
 
 
 def _commit(node: Node, version: str, reason: str) -> int:
+    try:
+        unfit = _unfit_to_commit(node.ab.pending())  # again: a boot-time unit may have run since the start
+    except SystemStateError as error:
+        unfit = f"the A/B state cannot be read before the commit: {error}"
+    if unfit:
+        return roll_back(node, version, f"healthy, but {unfit}")
     log.info("gate: committing %s: %s", version, reason)
-    result = node.mender.commit()
+    # Written first: an upgrade job that looks between the commit and the verdict must see a pass.
+    node.store.save_gate_result({"version": version, "outcome": GateOutcome.COMMITTING.value, "reason": reason})
+    result = node.ab.commit()
     if result.returncode == MENDER_NO_UPDATE_IN_PROGRESS:
         log.warning("gate: mender-update commit found no update in progress; leaving things as they are")
+        node.store.save_gate_result({"version": version, "outcome": GateOutcome.COMMITTED_ELSEWHERE.value,
+                                     "reason": "mender-update found no update in progress at commit time"})
         node.store.record("gate-nothing-to-commit", version=version)
         return EXIT_OK
     if result.returncode != 0:
         return roll_back(node, version, f"healthy, but mender-update commit failed: {result.last_line}")
-    node.store.save_gate_result({"version": version, "outcome": "committed", "reason": reason})
+    node.store.save_gate_result({"version": version, "outcome": GateOutcome.COMMITTED.value, "reason": reason})
     node.store.record("gate-committed", version=version, reason=reason)
     node.store.clear_marker()
     log.info("gate: %s committed", version)
@@ -99,12 +148,13 @@ def _commit(node: Node, version: str, reason: str) -> int:
 
 
 def roll_back(node: Node, version: str, reason: str) -> int:
-    """Record why, point the bootloader back at the old slot and reboot. The boot counter
-    (bootlimit=1) and the watchdog do the same if anything here fails or hangs."""
+    """Record why, point the boot back at the old slot and reboot. The boot counter (U-Boot,
+    GRUB: bootlimit=1; Tegra: UEFI's rootfs retry count) and the watchdog do the same if
+    anything here fails or hangs."""
     log.error("gate: rolling back %s: %s", version, reason)
-    node.store.save_gate_result({"version": version, "outcome": "rolled-back", "reason": reason})
+    node.store.save_gate_result({"version": version, "outcome": GateOutcome.ROLLED_BACK.value, "reason": reason})
     node.store.record("gate-rollback", version=version, reason=reason)
-    result = node.mender.rollback()
+    result = node.ab.rollback()
     if result.returncode != 0:
         log.warning(
             "gate: mender-update rollback exit %d (%s); rebooting anyway, the boot counter returns to the old slot",

@@ -25,6 +25,10 @@ class Marker:
     from_version: str
     attempts: int = 1
     gpus_before: int | None = None  # nvidia.com/gpu allocatable before the update; None: unknown
+    # Reboots asked for because the old slot came up with the switch still staged (Tegra: the
+    # boot firmware had not applied the capsule): bounded, so a firmware that never applies
+    # it cannot keep the node rebooting.
+    switch_reboots: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -41,7 +45,22 @@ class Marker:
             from_version=str(data.get("from_version", "")),
             attempts=int(data.get("attempts", 1)),
             gpus_before=None if data.get("gpus_before") is None else int(data["gpus_before"]),
+            switch_reboots=int(data.get("switch_reboots", 0)),
         )
+
+
+@dataclass(frozen=True)
+class BootState:
+    """What the A/B backend sees of an update in flight, in plain values (ab/*.py read it)."""
+
+    pending: bool  # installed, neither committed nor rolled back (Mender's upgrade_available=1)
+    # The new slot starts only once the boot firmware has applied a staged capsule on a later
+    # reset (Tegra): the old slot running now is not a rollback.
+    switch_staged: bool = False
+    # Something marked the new slot good before the health gate judged it: what was seen.
+    committed_early: str = ""
+    # The boot chain and the root filesystem do not run the same slot: what was seen.
+    slot_problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -50,9 +69,21 @@ class UpdateFacts:
 
     target: str
     booted_version: str  # artifact_name of the running rootfs
-    pending: bool  # bootloader upgrade_available=1: an update is installed and not committed
+    pending: bool  # an update is installed and not committed (BootState.pending)
     boot_id: str
     marker: Marker | None
+    switch_staged: bool = False  # BootState.switch_staged
+    gate_outcome: str | None = None  # the gate's last verdict about the target version, if any
+
+
+class GateOutcome(str, enum.Enum):
+    """The gate's verdict in gate-result.json, as the upgrade command reads it back."""
+
+    COMMITTING = "committing"  # written just before mender-update commit: the verdict was pass
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled-back"
+    # The update was found committed with no pass of ours: something else committed it.
+    COMMITTED_ELSEWHERE = "committed-elsewhere"
 
 
 class Step(str, enum.Enum):
@@ -63,6 +94,7 @@ class Step(str, enum.Enum):
     INSTALL = "install"  # install (again) from the artifact URL, then reboot
     BUSY = "busy"  # someone else's update is pending: refuse to touch it
     GIVE_UP = "give-up"  # installs keep getting interrupted
+    UNGATED = "ungated"  # running the target, committed, but not by the health gate
 
 
 @dataclass(frozen=True)
@@ -70,6 +102,7 @@ class Decision:
     step: Step
     reason: str
     clean_first: bool = False  # clear Mender's half-done state (mender-update rollback) before installing
+    count_reboot: bool = False  # a REBOOT because the staged switch has not happened: count it in the marker
 
 
 @dataclass(frozen=True)

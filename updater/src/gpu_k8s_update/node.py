@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpu_k8s_update import k3s_node, probes, smoke
+from gpu_k8s_update.ab import ABBackend, backend_for
 from gpu_k8s_update.model import HealthFacts, NodeStatus
 from gpu_k8s_update.settings import Settings
 from gpu_k8s_update.state import StateStore
-from gpu_k8s_update.system import BootEnv, Host, Mender
+from gpu_k8s_update.system import Host
 
 
 @dataclass
 class Node:
     settings: Settings
-    mender: Mender
-    bootenv: BootEnv
+    ab: ABBackend  # the image's A/B mechanism (ab/)
     host: Host
     store: StateStore
     node_name: str = ""
@@ -25,9 +25,8 @@ class Node:
     def from_settings(cls, settings: Settings) -> Node:
         return cls(
             settings=settings,
-            mender=Mender(settings.mender_command),
-            bootenv=BootEnv(),
-            host=Host(settings.artifact_info, settings.boot_id_file, settings.reboot_command),
+            ab=backend_for(settings),
+            host=Host(settings.boot_id_file, settings.reboot_command),
             store=StateStore(settings.marker_file, settings.gate_result_file, settings.events_file),
         )
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV_PREFIX = "GPU_K8S_UPDATE_"
+# The A/B backends this agent drives (ab/select.py): x86-64, Jetson Nano, Jetson Orin and Thor.
+AB_BACKENDS = ("mender-grub", "mender-uboot", "mender-tegra")
 
 
 class SettingsError(ValueError):
@@ -20,8 +22,19 @@ class SettingsError(ValueError):
 class Settings:
     # On the data partition so the marker outlives the slot switch and a rollback.
     state_dir: Path = Path("/data/gpu-k8s-update")
-    artifact_info: Path = Path("/etc/mender/artifact_info")
+    # In each root filesystem (the recipe writes it at build time): the release the slot
+    # carries (artifact_name=) and its A/B backend (ab_backend=).
+    image_info: Path = Path("/usr/share/gpu-k8s-update/image-info")
+    ab_backend: str = ""  # '' = as image-info says; one of AB_BACKENDS
     mender_command: tuple[str, ...] = ("mender-update",)
+    # Tegra (mender-tegra): the BSP's slot tool, and what meta-mender-tegra's native update
+    # module leaves behind (tegra-rootfs-image: the pending marker on /data, the capsule on the ESP).
+    nvbootctrl_command: tuple[str, ...] = ("nvbootctrl",)
+    systemctl_command: tuple[str, ...] = ("systemctl",)
+    tegra_pending_file: Path = Path("/var/lib/mender/tegra-update-pending")
+    tegra_update_module: Path = Path("/usr/share/mender/modules/v3/tegra-rootfs-image")
+    esp_capsule: Path = Path("/boot/efi/EFI/UpdateCapsule/TEGRA_BL.Cap")
+    efivars_dir: Path = Path("/sys/firmware/efi/efivars")
     reboot_command: tuple[str, ...] = ("systemctl", "reboot")
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
     # A Nano brings docker, k3s and the plugin up in 3-5 minutes; leave room for a slow SD card.
@@ -74,7 +87,10 @@ FLAG_NAMES = {
     "state_dir": "--state-dir", "gate_timeout_s": "--timeout", "poll_interval_s": "--poll-interval",
     "unreachable_grace_s": "--unreachable-grace", "gpu": "--gpu", "wait_for_gate_s": "--wait-for-gate",
 }
-_COMMANDS = {"mender_command", "reboot_command", "kubectl_command", "node_name_command"}
+_COMMANDS = {"mender_command", "reboot_command", "kubectl_command", "node_name_command", "nvbootctrl_command",
+             "systemctl_command"}
+_PATHS = {"state_dir", "image_info", "boot_id_file", "plugin_checkpoint", "docker_daemon", "k3s_config_dir",
+          "node_env_file", "tegra_pending_file", "tegra_update_module", "esp_capsule", "efivars_dir"}
 _FLOATS = {"gate_timeout_s", "poll_interval_s", "unreachable_grace_s", "wait_for_gate_s", "reboot_wait_s",
            "smoke_timeout_s"}
 
@@ -114,11 +130,15 @@ def _parse(name: str, raw: str, source: str) -> object:
         if raw not in ("yes", "no", "auto"):
             raise SettingsError(f"{source} must be yes, no or auto, got {raw!r}")
         return raw
+    if name == "ab_backend":
+        if raw and raw not in AB_BACKENDS:
+            raise SettingsError(f"{source} must be one of {', '.join(AB_BACKENDS)} (or empty: as the image says), "
+                                f"got {raw!r}")
+        return raw
     if name == "docker_socket":
         return Path(raw) if raw else None
     if name == "kubeconfigs":
         return tuple(Path(part) for part in raw.split(":") if part)
-    if name in ("state_dir", "artifact_info", "boot_id_file", "plugin_checkpoint", "docker_daemon", "k3s_config_dir",
-                "node_env_file"):
+    if name in _PATHS:
         return Path(raw)
     return raw

@@ -11,21 +11,24 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpu_k8s_update import decide
+from gpu_k8s_update.ab.mender import MENDER_NO_UPDATE_IN_PROGRESS, MENDER_REBOOT_REQUIRED
+from gpu_k8s_update.exits import (
+    EXIT_BUSY,
+    EXIT_ERROR,
+    EXIT_GATE_TIMEOUT,
+    EXIT_GAVE_UP,
+    EXIT_NO_UPDATER,
+    EXIT_OK,
+    EXIT_ROLLED_BACK,
+    EXIT_UNGATED,
+    EXIT_USAGE,
+)
 from gpu_k8s_update.gate import reboot_and_wait
 from gpu_k8s_update.model import Marker, Phase, Step, UpdateFacts
 from gpu_k8s_update.node import Node
-from gpu_k8s_update.system import MENDER_NO_UPDATE_IN_PROGRESS, SystemStateError, missing_ab_updater
+from gpu_k8s_update.system import SystemStateError
 
 log = logging.getLogger(__name__)
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_ROLLED_BACK = 3  # the rollout must stop at this node
-EXIT_GATE_TIMEOUT = 4
-EXIT_GAVE_UP = 5
-EXIT_NO_UPDATER = 6  # not an A/B image: nothing here can install an update
-EXIT_BUSY = 75  # EX_TEMPFAIL: someone else's update is pending
 
 VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 
@@ -54,12 +57,17 @@ def check_arguments(version: str, source: str) -> None:
 
 
 def observe(node: Node, version: str) -> UpdateFacts:
+    state = node.ab.pending()
+    last_gate = node.store.load_gate_result() or {}
+    gate_about_target = decide.version_matches(str(last_gate.get("version", "")), version)
     return UpdateFacts(
         target=version,
-        booted_version=node.host.booted_version(),
-        pending=node.bootenv.upgrade_pending(),
+        booted_version=node.ab.booted_version(),
+        pending=state.pending,
         boot_id=node.host.boot_id(),
         marker=node.store.load_marker(),
+        switch_staged=state.switch_staged,
+        gate_outcome=str(last_gate.get("outcome")) if gate_about_target else None,
     )
 
 
@@ -70,7 +78,7 @@ def run_upgrade(node: Node, version: str, source: str) -> int:
     except UsageError as error:
         log.error("%s", error)
         return EXIT_USAGE
-    no_updater = missing_ab_updater(settings.mender_command, settings.artifact_info)
+    no_updater = node.ab.check()
     if no_updater:
         log.error("upgrade: %s", no_updater)
         return EXIT_NO_UPDATER
@@ -101,7 +109,12 @@ def run_upgrade(node: Node, version: str, source: str) -> int:
         if decision.step is Step.ROLLED_BACK:
             return _report_rollback(node, version, decision.reason)
         if decision.step is Step.REBOOT:
+            if decision.count_reboot and facts.marker is not None:
+                node.store.save_marker(replace(facts.marker, switch_reboots=facts.marker.switch_reboots + 1))
             return reboot_and_wait(node, f"boot {version}")
+        if decision.step is Step.UNGATED:
+            log.error("upgrade: %s", decision.reason)
+            return EXIT_UNGATED
         if decision.step is Step.BUSY:
             return EXIT_BUSY
         if decision.step is Step.GIVE_UP:
@@ -114,11 +127,19 @@ def _report_rollback(node: Node, version: str, reason: str) -> int:
     if gate.get("version") and decide.version_matches(str(gate["version"]), version):
         reason += f"; the gate said: {gate.get('reason', '?')} ({gate.get('time', '?')})"
     else:
-        reason += "; no gate verdict was recorded: the new slot most likely did not boot (watchdog/boot counter)"
+        reason += ("; no gate verdict was recorded: the new slot most likely never came up (the watchdog and the "
+                   "boot counter returned to the old slot, or the boot firmware did not switch to it)")
+    try:
+        split = node.ab.pending().slot_problem
+    except SystemStateError as error:
+        split = str(error)
+    if split:
+        reason += f"; and this boot is not whole: {split}"
     # Mender still holds the half-finished standalone update; clear it so a later install can
-    # start. The rootfs-image module only switches slots when upgrade_available=1, so on the
-    # old slot this changes nothing else.
-    cleanup = node.mender.rollback()
+    # start. On the old slot this switches nothing: the rootfs-image module switches only while
+    # upgrade_available=1, the Tegra module only when the running slot is not the one it left
+    # (it removes a capsule still staged and disarms OsIndications).
+    cleanup = node.ab.rollback()
     if cleanup.returncode not in (0, MENDER_NO_UPDATE_IN_PROGRESS):
         log.warning("upgrade: mender-update rollback (cleanup) exit %d: %s", cleanup.returncode, cleanup.last_line)
     log.error("upgrade: %s. The rollout stops here; to try this version again on this node run "
@@ -128,7 +149,7 @@ def _report_rollback(node: Node, version: str, reason: str) -> int:
 
 def _install(node: Node, facts: UpdateFacts, source: str, clean_first: bool) -> int:
     if clean_first:
-        cleanup = node.mender.rollback()
+        cleanup = node.ab.rollback()
         log.info("upgrade: cleared Mender's unfinished update first (mender-update rollback exit %d)",
                  cleanup.returncode)
     previous = facts.marker
@@ -150,8 +171,8 @@ def _install(node: Node, facts: UpdateFacts, source: str, clean_first: bool) -> 
     )
     node.store.save_marker(marker)
     log.info("upgrade: installing %s from %s (attempt %d)", facts.target, source, attempts)
-    result = node.mender.install(source)
-    if result.returncode not in (0, 4):  # 4: installed, reboot required (--reboot-exit-code)
+    result = node.ab.install(source)
+    if result.returncode not in (0, MENDER_REBOOT_REQUIRED):
         log.error("upgrade: mender-update install failed (exit %d): %s", result.returncode, result.last_line)
         node.store.record("upgrade-install-failed", version=facts.target, returncode=result.returncode,
                           output=result.last_line)
