@@ -579,3 +579,18 @@ def test_grub_boots_the_slots_with_the_kernel_arguments_of_the_wic_entry():
     wic_args = re.search(r'^APPEND:append:x86-64 = "([^"]*)"', image, re.M).group(1).split()
     for arg in wic_args:
         assert re.search(rf'^set bootargs="\$\{{bootargs\}} .*{re.escape(arg)}', cfg, re.M), f"GRUB lacks {arg}"
+
+
+def test_a_job_outlives_every_reboot_the_agent_may_take_before_its_verdict():
+    """Every reboot kills the job's pod and Kubernetes counts it as a failure: the update's own
+    reboot, and on an Orin or Thor up to MAX_SWITCH_REBOOTS more while a staged capsule waits.
+    A lower limit ends the job as BackoffLimitExceeded before the agent can say 'rolled back'."""
+    sys.path.insert(0, str(REPO / "updater" / "src"))
+    try:
+        from gpu_k8s_update.decide import MAX_SWITCH_REBOOTS
+    finally:
+        sys.path.remove(str(REPO / "updater" / "src"))
+    (env,) = [d for d in rendered_manifest() if d["kind"] == "ConfigMap"]
+    killed_pods = 1 + MAX_SWITCH_REBOOTS
+    assert int(env["data"]["SYSTEM_UPGRADE_JOB_BACKOFF_LIMIT"]) >= killed_pods + 1, (
+        "the pod that gives the verdict must still be allowed to run")
