@@ -27,10 +27,12 @@ _ASSIGNMENT = re.compile(r'^\s*(?P<name>[A-Z_]+)\s*(\?\?=|\?=|=|:=)\s*"(?P<value
 
 
 def kas_documents(kas_file: Path) -> Iterable[dict]:
-    """A kas file and every file it includes (paths relative to the including file, as
+    """A kas file (or several joined with colons, as kas takes them: the later ones relative
+    to the repository) and every file they include (paths relative to the including file, as
     kas reads them; includes from other repositories are not followed)."""
     seen: set[Path] = set()
-    pending = [kas_file]
+    first, *others = str(kas_file).split(":")
+    pending = [Path(first), *(REPO_ROOT / other for other in others)]
     while pending:
         path = pending.pop()
         if path in seen or not path.is_file():
