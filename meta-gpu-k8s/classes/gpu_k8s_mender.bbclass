@@ -97,6 +97,7 @@ MENDER_DATA_PART_SIZE_MB_DEFAULT:tegra234 = "1024"
 MENDER_DATA_PART_NUMBER:tegra234 = "17"
 # The SD-card devkit writes its card with that layout: two 14 GiB slots, NVIDIA's 1.3 GiB of
 # boot partitions and the data image need a card of 64 GB (NVIDIA's minimum for an SD root).
+# (The NVMe devkit carries the same override and writes no card.)
 TEGRAFLASH_SDCARD_SIZE:jetson-orin-nano-devkit = "64G"
 
 # The boot firmware capsule is applied only when its FMP image type GUID matches the one built
@@ -105,6 +106,7 @@ TEGRAFLASH_SDCARD_SIZE:jetson-orin-nano-devkit = "64G"
 # images boot (meta-tegra docs/UEFI-Capsule-Update.md, option 1), written into the firmware and
 # every capsule, so a later move to the minimal-boot configuration keeps accepting capsules.
 TEGRA_UEFI_SYSTEM_IMAGE_TYPE_GUID:tegra234 ?= "bf0d4599-20d4-414e-b2c5-3595b1cda402"
+
 # The initramfs images build with the node image; they must not inherit its image types,
 # or tegraflash and the initramfs wait on each other (a circular dependency).
 # nooelint: oelint.vars.specific - pn- overrides for meta-tegra's initramfs recipes
