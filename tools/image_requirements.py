@@ -164,6 +164,30 @@ def _jetson_orin() -> list[Requirement]:
                     "follows NVML's answer"),
         Requirement(("nv-tegra-release",),
                     "/etc/nv_tegra_release: the L4T release the plugin labels nodes with and the runtime checks"),
+        *_jetson_orin_updates(),
+    ]
+
+
+def _jetson_orin_updates() -> list[Requirement]:
+    """A/B updates on the Orin (meta-mender-tegra's native scheme, docs/layer.md "Jetson Orin")."""
+    return [
+        Requirement(("mender-update",),
+                    "the Mender client the update agent drives (`mender-update install|commit|rollback`): "
+                    "without it the node takes no update"),
+        Requirement(("tegra-rootfs-update-module",),
+                    "the tegra-rootfs-image update module (writes the passive slot, stages the boot firmware "
+                    "capsule, commits with nvbootctrl) and tegra-rootfs-verify: without it an Orin artifact "
+                    "cannot be installed and nothing keeps a committed slot verified"),
+        Requirement(("tegra-redundant-boot-base",),
+                    "nvbootctrl: the slot queries, the commit (`nvbootctrl verify`) and the rollback's slot switch"),
+        Requirement(("tegra-uefi-capsules",),
+                    "the boot firmware capsule: applying it is what switches the boot chain to the new slot"),
+        Requirement(("gpu-k8s-data",),
+                    "binds docker, k3s and the node's identity from /data: without it an update loses the node"),
+        Requirement(("gpu-k8s-update",),
+                    "the update agent: health gate, commit or rollback, the command rollout jobs run"),
+        Requirement(("gpu-k8s-watchdog",),
+                    "arms the hardware watchdog, so a new slot that hangs resets and falls back"),
     ]
 
 

@@ -3,12 +3,28 @@
 # counter that falls back to the old slot, signed update artifacts.
 #
 # A global class: opt in with INHERIT += "gpu_k8s_mender" (kas/include/mender.yml does it).
-# Needs meta-mender-core; on Jetson also meta-mender-tegra/meta-mender-tegra-jetpack4, and
-# on qemux86-64 meta-mender-qemu (OVMF). Without the INHERIT the layer changes nothing.
+# Needs meta-mender-core; on qemux86-64 also meta-mender-qemu (OVMF); on Jetson the series'
+# meta-mender-tegra layers (conf/series/: jetpack4 for the Nano on kirkstone,
+# kas/include/mender-tegra-jetpack4.yml; common + native + jetpack7 for the Orin on wrynose,
+# kas/include/mender-tegra-native.yml). Without the INHERIT the layer changes nothing.
 
 inherit mender-full
-# U-Boot boot counter, tegraflash + dataimg, the Nano's two-slot flash layout.
-inherit ${@'tegra-mender-setup' if 'tegra' in (d.getVar('MACHINEOVERRIDES') or '').split(':') else ''}
+
+# Jetson: the series' Mender Tegra class (GPU_K8S_TEGRA_MENDER_CLASS in conf/series/): the
+# Nano's U-Boot boot counter, tegraflash + dataimg and two-slot layout (tegra-mender-setup,
+# kirkstone), or the Orin's native UEFI scheme (tegra-mender-native, wrynose), which brings
+# tegra-mender-common with it. Only on tegra machines: x86 builds lack those layers.
+def gpu_k8s_tegra_mender_class(d):
+    if 'tegra' not in (d.getVar('MACHINEOVERRIDES') or '').split(':'):
+        return ''
+    layer = d.getVar('GPU_K8S_TEGRA_MENDER_LAYER')
+    if layer not in (d.getVar('BBFILE_COLLECTIONS') or '').split():
+        bb.fatal('A/B images for %s need meta-mender-community\'s %s layer, which is not in BBLAYERS: '
+                 'build with the kas file of the machine (kas/jetson-nano.yml, kas/jetson-orin-nano.yml), '
+                 'which includes it' % (d.getVar('MACHINE'), layer))
+    return d.getVar('GPU_K8S_TEGRA_MENDER_CLASS')
+
+inherit ${@gpu_k8s_tegra_mender_class(d)}
 
 # Our own recipes and bbappends test this override, never the INHERIT itself.
 # nooelint: oelint.vars.outofcontext - a global class, the opt-in for a distro-wide setting
@@ -23,8 +39,15 @@ GPU_K8S_VERSION ??= "dev"
 MENDER_ARTIFACT_NAME = "${GPU_K8S_VERSION}"
 
 # The machine-id lives in the bootloader environment (systemd.machine_id= on the kernel
-# command line), so both slots boot with the same one. Tegra enables it in tegra-mender-setup.
+# command line), so both slots boot with the same one. Tegra enables it in its Mender class
+# (the Orin keeps it in UEFI's KernelCommandLine variable).
 MENDER_FEATURES_ENABLE:append:x86-64 = " mender-persist-systemd-machine-id"
+
+# The Orin (and Thor) boot through UEFI and L4TLauncher: no U-Boot. meta-mender-tegra-common
+# enables Mender's U-Boot integration on every tegra SoC and leaves it to the configuration to
+# turn off; left on, the client's runtime dependencies ask for a U-Boot nobody provides.
+MENDER_FEATURES_DISABLE:append:tegra234 = " mender-uboot"
+MENDER_FEATURES_DISABLE:append:tegra264 = " mender-uboot"
 
 # The C++ client (mender 5.x) with its `mender-update` command; meta-mender's kirkstone
 # default is the end-of-life Go client 3.5 (`mender install`).
@@ -61,8 +84,29 @@ MENDER_DATA_PART_SIZE_MB_DEFAULT:qemux86-64 = "4096"
 
 # Jetson Nano: space kept for the boot firmware partitions of the flash layout (as OE4T's
 # tegra-demo-distro), 4 GiB of data; each root slot is about (card - 1974 - 4096) / 2.
-TEGRA_MENDER_RESERVED_SPACE_MB:tegra = "1974"
+TEGRA_MENDER_RESERVED_SPACE_MB:tegra210 = "1974"
 MENDER_DATA_PART_SIZE_MB_DEFAULT:tegra = "4096"
+
+# Jetson Orin: the root slots are meta-tegra's (ROOTFSPART_SIZE_DEFAULT halved: 14 GiB each on
+# the Orin Nano and AGX Orin devkits; meta-mender-tegra sizes Mender's rootfs image from them).
+# The data partition is our own (classes/gpu_k8s_mender_tegra_layout.bbclass): partition 17,
+# right after APP_b on the rootfs device (NVMe, SD card or eMMC), filling the rest of it. NVIDIA's
+# UDA (partition 15, 400 MiB, ahead of the slots) stays as NVIDIA ships it. The data image
+# flashed into it is 1 GiB and grows to the partition at first boot (mender-growfs-data).
+MENDER_DATA_PART_SIZE_MB_DEFAULT:tegra234 = "1024"
+MENDER_DATA_PART_NUMBER:tegra234 = "17"
+# The SD-card devkit writes its card with that layout: two 14 GiB slots, NVIDIA's 1.3 GiB of
+# boot partitions and the data image need a card of 64 GB (NVIDIA's minimum for an SD root).
+# (The NVMe devkit carries the same override and writes no card.)
+TEGRAFLASH_SDCARD_SIZE:jetson-orin-nano-devkit = "64G"
+
+# The boot firmware capsule is applied only when its FMP image type GUID matches the one built
+# into the running UEFI, and from L4T R38 on each UEFI configuration has its own. Settled here,
+# before the first flash: the GUID of the full-featured t23x "general" configuration the
+# images boot (meta-tegra docs/UEFI-Capsule-Update.md, option 1), written into the firmware and
+# every capsule, so a later move to the minimal-boot configuration keeps accepting capsules.
+TEGRA_UEFI_SYSTEM_IMAGE_TYPE_GUID:tegra234 ?= "bf0d4599-20d4-414e-b2c5-3595b1cda402"
+
 # The initramfs images build with the node image; they must not inherit its image types,
 # or tegraflash and the initramfs wait on each other (a circular dependency).
 # nooelint: oelint.vars.specific - pn- overrides for meta-tegra's initramfs recipes
@@ -94,5 +138,10 @@ python gpu_k8s_check_artifact_signing() {
 }
 # Checked before the root filesystem is made (the verify key goes into it) and again
 # before the artifact is written; at parse time a missing key must not stop other builds.
-do_rootfs[prefuncs] += "${@'gpu_k8s_check_artifact_signing' if 'mender' in (d.getVar('IMAGE_FSTYPES') or '').split() else ''}"
+# Mender's own artifact type, and the native Tegra scheme's (the Orin), which replaces it in
+# IMAGE_FSTYPES and writes the same .mender file, signed only when a key happens to be set.
+GPU_K8S_ARTIFACT_TYPES = "mender tegra-mender-native"
+GPU_K8S_ARTIFACT_SIGNING_CHECK = "${@'gpu_k8s_check_artifact_signing' if set(d.getVar('GPU_K8S_ARTIFACT_TYPES').split()) & set((d.getVar('IMAGE_FSTYPES') or '').split()) else ''}"
+do_rootfs[prefuncs] += "${GPU_K8S_ARTIFACT_SIGNING_CHECK}"
 do_image_mender[prefuncs] += "gpu_k8s_check_artifact_signing"
+do_image_tegra_mender_native[prefuncs] += "gpu_k8s_check_artifact_signing"

@@ -30,37 +30,45 @@ MENDER_PIN = {
     "scarthgap": "7412e59dd5da65f33ec853a42951097be0b62d7c",
     "wrynose": "7812c18483fab33c10f1aaea59a21bf1dbfefdec",
 }
-COMMUNITY_PIN = "1d98cc9391e57a6f9cdf8df9cfc6f266b85dca6c"
-# Builds without an A/B updater yet: the Orin (no meta-mender-tegra for wrynose in the mirrors;
-# it is flashed with meta-tegra's redundant layout for a later updater, docs/layer.md).
-NO_UPDATER = {"jetson-orin-nano.yml"}
+# meta-mender-community per Jetson build: the Nano's kirkstone jetpack4 layer, the Orin's
+# wrynose native scheme (common + native + jetpack7; tests/layer/test_orin_layer.py)
+COMMUNITY = {
+    "jetson-nano.yml": ("kirkstone", "1d98cc9391e57a6f9cdf8df9cfc6f266b85dca6c",
+                        {"meta-mender-tegra/meta-mender-tegra-jetpack4"}),
+    "jetson-orin-nano.yml": ("wrynose", "f6860e099fe97260612380dd0092e854831bd9c0",
+                             {"meta-mender-tegra/meta-mender-tegra-common",
+                              "meta-mender-tegra/meta-mender-tegra-native",
+                              "meta-mender-tegra/meta-mender-tegra-jetpack7"}),
+}
 
 
 # ---------------------------------------------------------------- kas
 
 
 @pytest.mark.parametrize(
-    ("name", "mender_layers", "community"),
+    ("name", "mender_layers"),
     [
-        ("jetson-nano.yml", {"meta-mender-core"}, True),
-        ("x86-64.yml", {"meta-mender-core"}, False),
-        ("qemu-x86-64.yml", {"meta-mender-core", "meta-mender-qemu"}, False),
-        ("x86-64-scarthgap.yml", {"meta-mender-core"}, False),
+        ("jetson-nano.yml", {"meta-mender-core"}),
+        ("jetson-orin-nano.yml", {"meta-mender-core"}),
+        ("x86-64.yml", {"meta-mender-core"}),
+        ("qemu-x86-64.yml", {"meta-mender-core", "meta-mender-qemu"}),
+        ("x86-64-scarthgap.yml", {"meta-mender-core"}),
     ],
 )
-def test_each_build_gets_the_mender_layers_its_machine_needs(name, mender_layers, community):
+def test_each_build_gets_the_mender_layers_its_machine_needs(name, mender_layers):
     repos = merged(KAS / name)["repos"]
     series = SERIES_OF[name]
     assert (repos["meta-mender"]["branch"], repos["meta-mender"]["commit"]) == (series, MENDER_PIN[series])
     assert set(repos["meta-mender"]["layers"]) == mender_layers
-    if community:
-        assert repos["meta-mender-community"]["commit"] == COMMUNITY_PIN
-        assert set(repos["meta-mender-community"]["layers"]) == {"meta-mender-tegra/meta-mender-tegra-jetpack4"}
+    if name in COMMUNITY:
+        branch, pin, layers = COMMUNITY[name]
+        community = repos["meta-mender-community"]
+        assert (community["branch"], community["commit"], set(community["layers"])) == (branch, pin, layers)
     else:
         assert "meta-mender-community" not in repos, f"{name}: meta-mender-tegra is for Jetson builds only"
 
 
-@pytest.mark.parametrize("name", sorted(set(SERIES_OF) - NO_UPDATER))
+@pytest.mark.parametrize("name", sorted(SERIES_OF))
 def test_each_build_opts_into_the_ab_class_and_takes_keys_only_from_the_environment(name):
     conf = merged(KAS / name)
     text = "\n".join(conf["local_conf_header"].values())
@@ -69,14 +77,6 @@ def test_each_build_opts_into_the_ab_class_and_takes_keys_only_from_the_environm
     env = conf.get("env", {})
     for var in ("MENDER_ARTIFACT_SIGNING_KEY", "MENDER_ARTIFACT_VERIFY_KEY", "GPU_K8S_VERSION"):
         assert var in env and env[var] is None, f"{name}: {var} must pass through from the environment, unset"
-
-
-@pytest.mark.parametrize("name", sorted(NO_UPDATER))
-def test_a_build_without_an_updater_is_no_mender_image(name):
-    conf = merged(KAS / name)
-    text = "\n".join(conf["local_conf_header"].values())
-    assert "gpu_k8s_mender" not in text, f"{name}: Mender A/B without a Mender layer for its BSP"
-    assert "meta-mender-community" not in conf["repos"]
 
 
 def test_no_file_in_the_repository_is_a_private_key():
@@ -95,11 +95,12 @@ def class_assignments() -> dict[str, str]:
     return {":".join((a.var, *a.overrides)): a.value for a in bb.assignments}
 
 
-def test_the_class_builds_on_mender_full_and_tegra_setup_only_on_jetson():
+def test_the_class_builds_on_mender_full_and_the_series_tegra_scheme_only_on_jetson():
     text = CLASS.read_text()
     assert re.search(r"^inherit mender-full$", text, re.M)
-    tegra = re.search(r"^inherit \$\{@'tegra-mender-setup' if 'tegra' in .*MACHINEOVERRIDES", text, re.M)
-    assert tegra, "tegra-mender-setup must only be inherited on tegra machines (x86 builds lack the layer)"
+    # which scheme, per series and only on tegra: tests/layer/test_orin_layer.py runs the function
+    assert re.search(r"^inherit \$\{@gpu_k8s_tegra_mender_class\(d\)\}$", text, re.M)
+    assert "tegra-mender-setup" not in re.sub(r"#.*", "", text), "the class name lives in conf/series/"
 
 
 def test_the_jetson_initramfs_images_keep_their_own_image_types():
@@ -142,7 +143,8 @@ def test_the_artifact_name_is_the_release_version():
 
 def test_signing_is_checked_before_the_rootfs_and_the_artifact_are_made():
     text = CLASS.read_text()
-    assert re.search(r"^do_rootfs\[prefuncs\] \+= .*gpu_k8s_check_artifact_signing", text, re.M)
+    assert re.search(r"^do_rootfs\[prefuncs\] \+= \"\$\{GPU_K8S_ARTIFACT_SIGNING_CHECK\}\"$", text, re.M)
+    assert "gpu_k8s_check_artifact_signing" in class_assignments()["GPU_K8S_ARTIFACT_SIGNING_CHECK"]
     assert re.search(r'^do_image_mender\[prefuncs\] \+= "gpu_k8s_check_artifact_signing"$', text, re.M)
     values = class_assignments()
     assert values["GPU_K8S_ARTIFACT_SIGNING"] == "required"

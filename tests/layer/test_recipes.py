@@ -48,11 +48,13 @@ def test_tegra_content_is_only_reached_through_bbfiles_dynamic():
     conf = layer_conf_vars()
     text = (LAYER / "conf/layer.conf").read_text().replace("\\\n", " ")
     dynamic = [e for v in re.findall(r'^BBFILES_DYNAMIC\s*\+=\s*"([^"]*)"', text, re.M) for e in v.split()]
-    # each other layer's content only when that layer is there: tegra, and mender for the A/B class
+    # each other layer's content only when that layer is there: tegra, mender for the A/B class,
+    # meta-mender-tegra's native scheme for the Orin's A/B pieces (dynamic-layers/mender-tegra)
+    folders = {"tegra": "tegra", "mender": "mender", "meta-mender-tegra-native": "mender-tegra"}
     for entry in dynamic:
         collection = entry.split(":", 1)[0]
-        assert collection in ("tegra", "mender"), entry
-        assert entry.startswith(f"{collection}:${{LAYERDIR}}/dynamic-layers/{collection}/"), entry
+        assert collection in folders, entry
+        assert entry.startswith(f"{collection}:${{LAYERDIR}}/dynamic-layers/{folders[collection]}/"), entry
     assert any(e.startswith("tegra:") for e in dynamic)
     static = conf["BBFILES"].split()
     assert not any("dynamic-layers" in entry for entry in static)

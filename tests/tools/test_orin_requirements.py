@@ -19,6 +19,9 @@ ORIN_GPU = ["nv-kernel-module-nvgpu", "nv-kernel-module-nvmap", "nv-kernel-modul
             "tegra-configs-udev", "tegra-libraries-cuda", "nvidia-container-toolkit", "libnvidia-container-tools",
             "tegra-configs-container-csv", "tegra-container-passthrough", "gpu-k8s-nvidia-runtime-config",
             "nv-tegra-release", "cuda-cudart"]
+# A/B updates (meta-mender-tegra's native scheme): tools/image_requirements.py _jetson_orin_updates
+ORIN_UPDATES = ["mender-update", "tegra-rootfs-update-module", "tegra-redundant-boot-base", "tegra-uefi-capsules",
+                "gpu-k8s-data", "gpu-k8s-update", "gpu-k8s-watchdog"]
 
 
 def result(installed: list[str], overrides: list[str]) -> check_image.ProbeResult:
@@ -37,7 +40,7 @@ def test_orin_overrides_select_the_orin_list_and_the_nanos_do_not() -> None:
 
 
 def test_a_complete_orin_closure_passes() -> None:
-    findings = check_image.closure_findings(result(COMMON + ORIN_GPU, ORIN_OVERRIDES))
+    findings = check_image.closure_findings(result(COMMON + ORIN_GPU + ORIN_UPDATES, ORIN_OVERRIDES))
     assert [f.requirement.label for f in findings if not f.ok] == []
     labels = {f.requirement.label for f in findings}
     # The Nano's R32 pieces are not asked of an Orin: its toolkit package holds the runtime.
@@ -48,7 +51,7 @@ def test_the_nanos_closure_on_an_orin_misses_the_orin_driver_and_says_why() -> N
     nano_gpu = ["kernel-module-nvgpu", "tegra-configs-udev", "tegra-libraries-cuda", "nvidia-container-runtime",
                 "nvidia-container-toolkit", "libnvidia-container-tools", "tegra-libraries-cuda-container-csv",
                 "cuda-cudart"]
-    probe = result(COMMON + nano_gpu, ORIN_OVERRIDES)
+    probe = result(COMMON + nano_gpu + ORIN_UPDATES, ORIN_OVERRIDES)
     findings = check_image.closure_findings(probe)
     missing = [f.requirement.label for f in findings if not f.ok]
     assert missing == ["nv-kernel-module-nvgpu", "nv-kernel-module-nvmap", "nv-kernel-module-host1x",
@@ -56,7 +59,7 @@ def test_the_nanos_closure_on_an_orin_misses_the_orin_driver_and_says_why() -> N
                        "gpu-k8s-nvidia-runtime-config", "nv-tegra-release"]
     report = "\n".join(check_image.report(probe, findings))
     assert "MISSING  nv-kernel-module-nvgpu: the Orin GPU driver, built out of tree by nvidia-kernel-oot" in report
-    assert "(jetson, jetson-orin)" in report and "8 of 20 required pieces missing" in report
+    assert "(jetson, jetson-orin)" in report and "8 of 27 required pieces missing" in report
 
 
 def test_a_builtin_nvgpu_satisfies_the_driver_after_a_build() -> None:
@@ -72,3 +75,11 @@ def test_every_orin_machine_is_checked_against_the_orin_list() -> None:
         assert target.kinds == (req.JETSON, req.JETSON_ORIN), name
         assert target.kas_file.split(":")[0] == "kas/jetson-orin-nano.yml"
     assert build.MACHINES["jetson-nano"].kinds == (req.JETSON,)
+
+
+def test_an_orin_closure_without_the_updater_misses_it_and_says_why() -> None:
+    probe = result(COMMON + ORIN_GPU, ORIN_OVERRIDES)
+    findings = check_image.closure_findings(probe)
+    assert [f.requirement.label for f in findings if not f.ok] == ORIN_UPDATES
+    report = "\n".join(check_image.report(probe, findings))
+    assert "MISSING  tegra-rootfs-update-module: the tegra-rootfs-image update module" in report

@@ -29,7 +29,8 @@ do_install() {
     install -m 0644 ${UNPACKDIR}/gpu-k8s-data.service ${D}${systemd_system_unitdir}/
     sed -i -e 's#@DATADIR@#${datadir}#g' ${D}${libexecdir}/gpu-k8s-data \
         ${D}${systemd_system_unitdir}/gpu-k8s-data.service
-    sed -i -e 's#@LIBEXECDIR@#${libexecdir}#g' ${D}${systemd_system_unitdir}/gpu-k8s-data.service
+    sed -i -e 's#@LIBEXECDIR@#${libexecdir}#g' -e 's#@MENDER_FIRSTBOOT_UNITS@#${GPU_K8S_MENDER_FIRSTBOOT_UNITS}#g' \
+        ${D}${systemd_system_unitdir}/gpu-k8s-data.service
     for unit in ${GPU_K8S_DATA_REQUIRED_BY}; do
         install -d ${D}${systemd_system_unitdir}/$unit.d
         install -m 0644 ${UNPACKDIR}/10-gpu-k8s-data.conf ${D}${systemd_system_unitdir}/$unit.d/
