@@ -197,7 +197,7 @@ def run_leg(leg: Leg, kubelet: KubeletDouble, socket_dir: str, args: argparse.Na
 
 def preferred_allocation_ms() -> tuple[float, float]:
     """The policy core alone: 8 GPUs x 256 replicas, a 512-replica request (distributed, packed)."""
-    from gpu_device_plugin import policy
+    from gpu_device_plugin.core import policy
     from gpu_device_plugin.model import Gpu
     from gpu_device_plugin.settings import Settings, TimeSlicing
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import toolkit_model as tm
 from fake_nvml import FakeGpu, FakeNvml
-from gpu_device_plugin import config, policy, toolkit_cdi, toolkit_config
+from gpu_device_plugin import config, toolkit_cdi, toolkit_config
+from gpu_device_plugin.core import policy
 from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.discovery.tegra import TegraBackend

@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[2] / "plugin" / "src"
 
 
 def test_the_policy_core_does_not_import_the_cli_or_argparse() -> None:
-    probe = ("import sys, gpu_device_plugin.policy, gpu_device_plugin.servicer, gpu_device_plugin.state; "
+    probe = ("import sys, gpu_device_plugin.core.policy, gpu_device_plugin.servicer, gpu_device_plugin.core.state; "
              "print(sorted(m for m in ('argparse', 'gpu_device_plugin.cli', 'gpu_device_plugin.config') "
              "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
@@ -45,7 +45,7 @@ def test_no_two_classes_share_a_name_and_one_module_is_the_policy() -> None:
                 name = line[len("class "):].split("(")[0].split(":")[0]
                 classes.setdefault(name, []).append(str(module.relative_to(package)))
     assert {name: where for name, where in classes.items() if len(where) > 1} == {}
-    assert [str(p.relative_to(package)) for p in modules if p.stem == "policy"] == ["policy.py"]
+    assert [str(p.relative_to(package)) for p in modules if p.stem == "policy"] == ["core/policy.py"]
 
 
 def test_gpu_telemetry_reads_the_kubelet_and_the_hardware_without_grpcio_protobuf_or_eager_nvml() -> None:

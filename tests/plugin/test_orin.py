@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpu_device_plugin import cdi, policy, toolkit_cdi
+from gpu_device_plugin import cdi, toolkit_cdi
+from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery.tegra import TegraBackend
 from gpu_device_plugin.doctor.nvidia_stack import evaluate_jetson_toolkit
 from gpu_device_plugin.doctor.report import FAIL, PASS, SKIP, WARN

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 from fake_nvml import FakeGpu, FakeNvml
-from gpu_device_plugin import cdi, cli, policy, toolkit_cdi
+from gpu_device_plugin import cdi, cli, toolkit_cdi
 from gpu_device_plugin.cdi_names import jetson_toolkit_name
+from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery import select
 from gpu_device_plugin.discovery.base import DiscoveryError
 from gpu_device_plugin.discovery.nvml import NvmlBackend

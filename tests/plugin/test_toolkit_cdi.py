@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from fake_nvml import FakeGpu, FakeNvml
-from gpu_device_plugin import cdi, config, policy, toolkit_cdi
+from gpu_device_plugin import cdi, config, toolkit_cdi
 from gpu_device_plugin.config import ConfigError, Settings
+from gpu_device_plugin.core import policy
 from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.model import Gpu

@@ -12,7 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__, config, logs, policy
+from . import __version__, config, logs
+from .core import policy
 from .discovery.base import DiscoveryError
 from .discovery.select import choose
 from .health.base import HealthMonitor

@@ -20,9 +20,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from . import __version__, dir_events, inotify, policy, readiness, sdnotify, signals
+from . import __version__, dir_events, inotify, readiness, sdnotify, signals
 from .backoff import Backoff
 from .cdi_lifecycle import CdiSpecKeeper
+from .core import policy
+from .core.state import DeviceState
 from .health.base import HealthMonitor
 from .kubelet_identity import Identity, identity
 from .model import Gpu, Health
@@ -31,7 +33,6 @@ from .server import PluginServer, RegistrationError, register
 from .servicer import DevicePluginServicer
 from .settings import ConfigError, Settings
 from .socket_check import socket_path_problem
-from .state import DeviceState
 from .stats import Stats
 from .watchdog import SelfProbe
 

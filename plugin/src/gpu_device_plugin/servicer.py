@@ -7,15 +7,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import policy, toolkit_cdi
+from . import toolkit_cdi
 from .api import wire
 from .api.grpc_server import CallContext
 from .api.schema import HEALTHY, UNHEALTHY
 from .api.status import StatusCode
+from .core import policy
+from .core.state import DeviceState
 from .hostpath import host_path_exists
 from .logs import REQUESTS
 from .settings import Settings
-from .state import DeviceState
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger(REQUESTS)  # one line each, rate-limited (logs.RequestNoise)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .. import policy
+from ..core import policy
 from ..discovery.base import DiscoveryError
 from ..discovery.select import choose
 from ..discovery.tegra import OPENRM

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .. import policy
+from ..core import policy
 from ..discovery.tegra import OPENRM
 from ..settings import Settings
 from .config_file import config_file_check
