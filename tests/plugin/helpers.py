@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from gpu_device_plugin.config import Settings
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from gpu_device_plugin.health.base import HealthMonitor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_device_plugin.config import Settings
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.core import policy
 from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.model import Gpu

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from gpu_device_plugin import cdi
-from gpu_device_plugin.config import Settings, TimeSlicing
+from gpu_device_plugin.config.settings import Settings, TimeSlicing
 from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery.tegra import TegraBackend
 from gpu_device_plugin.hostpath import host_path_exists

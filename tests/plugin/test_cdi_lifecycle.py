@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from gpu_device_plugin import cdi
 from gpu_device_plugin.cdi_lifecycle import CdiSpecKeeper
-from gpu_device_plugin.config import Settings
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from helpers import RunningDaemon, simulated_settings, wait_until

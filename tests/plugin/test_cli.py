@@ -166,11 +166,11 @@ def test_help_lists_the_flags_at_the_top_and_under_a_subcommand(capsys) -> None:
 
 
 def test_boolean_flags_work_bare_like_the_official_plugin() -> None:
-    from gpu_device_plugin import config
     from gpu_device_plugin.cli import parse_args
+    from gpu_device_plugin.config import loader
 
     args = parse_args(["--pass-device-specs", "--fail-on-init-error", "false"])
-    values = config.parse_flags(args)
+    values = loader.parse_flags(args)
     assert values["pass_device_specs"] is True and values["fail_on_init_error"] is False
 
 

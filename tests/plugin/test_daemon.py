@@ -191,7 +191,7 @@ def test_socket_loss_is_seen_when_the_config_file_shares_the_socket_directory(so
                                                                              kubelet: KubeletDouble) -> None:
     import argparse
 
-    from gpu_device_plugin import config
+    from gpu_device_plugin.config import loader
     from gpu_device_plugin.daemon import Daemon
     from gpu_device_plugin.discovery.simulated import SimulatedBackend
     from helpers import RunningDaemon
@@ -200,10 +200,10 @@ def test_socket_loss_is_seen_when_the_config_file_shares_the_socket_directory(so
     with open(path, "w") as f:
         f.write(f"version: v1\nflags:\n  deviceDiscoveryStrategy: simulated\n  plugin:\n    simulatedGpus: 2\n"
                 f"    kubeletSocket: {socket_dir}/kubelet.sock\n")
-    namespace = argparse.Namespace(config_file=path, **{o.attr: None for o in config.OPTIONS})
+    namespace = argparse.Namespace(config_file=path, **{o.attr: None for o in loader.OPTIONS})
 
-    def load() -> config.Settings:
-        return config.load(namespace, {}, lambda p: open(p).read())[0]
+    def load() -> loader.Settings:
+        return loader.load(namespace, {}, lambda p: open(p).read())[0]
 
     with RunningDaemon(Daemon(load(), SimulatedBackend(2).discover(), None, reload_settings=load, environ={})):
         kubelet.wait_registered()

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 import toolkit_model as tm
 from fake_nvml import FakeGpu, FakeNvml
-from gpu_device_plugin import config, toolkit_cdi, toolkit_config
+from gpu_device_plugin import toolkit_cdi, toolkit_config
+from gpu_device_plugin.config import loader
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.core import policy
 from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.nvml import NvmlBackend
@@ -23,7 +25,6 @@ from gpu_device_plugin.discovery.tegra import TegraBackend
 from gpu_device_plugin.doctor.report import FAIL, PASS, WARN
 from gpu_device_plugin.doctor.runtime import evaluate_isolation
 from gpu_device_plugin.model import Gpu
-from gpu_device_plugin.settings import Settings
 from helpers import RunningDaemon
 from kubelet_double import KubeletDouble
 
@@ -43,8 +44,8 @@ OLD_X86_CONFIG = '[nvidia-container-runtime]\nmode = "cdi"\n'
 
 
 def plugin_settings(relative: str, **overrides: Any) -> Settings:
-    parsed = config.parse_file((PLUGIN_FILES / relative).read_text(), source=relative)
-    return config.build({}, {}, parsed)._replace(**overrides)
+    parsed = loader.parse_file((PLUGIN_FILES / relative).read_text(), source=relative)
+    return loader.build({}, {}, parsed)._replace(**overrides)
 
 
 def x86_gpus() -> list[Gpu]:
@@ -196,7 +197,7 @@ def test_a_pod_that_requests_a_gpu_gets_exactly_its_own() -> None:
 
 def test_time_sliced_replicas_go_to_their_own_physical_gpu() -> None:
     runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
-    settings = plugin_settings("gpu-device-plugin.yaml")._replace(time_slicing=config.TimeSlicing(replicas=2))
+    settings = plugin_settings("gpu-device-plugin.yaml")._replace(time_slicing=loader.TimeSlicing(replicas=2))
     gpus = x86_gpus()
     allocation = allocate(gpus, settings, [f"{UUIDS[1]}::1"])
     assert gets(tm.container(tm.CUDA_IMAGE_ENV, allocation=allocation), runtime, gpus) == {UUIDS[1]}

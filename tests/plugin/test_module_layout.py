@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[2] / "plugin" / "src"
 
 def test_the_policy_core_does_not_import_the_cli_or_argparse() -> None:
     probe = ("import sys, gpu_device_plugin.core.policy, gpu_device_plugin.servicer, gpu_device_plugin.core.state; "
-             "print(sorted(m for m in ('argparse', 'gpu_device_plugin.cli', 'gpu_device_plugin.config') "
+             "print(sorted(m for m in ('argparse', 'gpu_device_plugin.cli', 'gpu_device_plugin.config.loader') "
              "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
                          text=True, check=True).stdout
@@ -20,7 +20,7 @@ def test_the_policy_core_does_not_import_the_cli_or_argparse() -> None:
 
 
 def test_the_serve_path_imports_nothing_a_start_does_not_need() -> None:
-    # dataclasses pulls in inspect and ast; yaml is read from config_cache's copy; the rest
+    # dataclasses pulls in inspect and ast; yaml is read from config.cache's copy; the rest
     # only on request (NVML, the metrics listener and its GPU telemetry, hashlib for cdi-annotations,
     # tempfile to write a CDI spec, asyncio)
     probe = ("import sys\n"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from gpu_device_plugin import cdi, toolkit_cdi
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery.tegra import TegraBackend
 from gpu_device_plugin.doctor.nvidia_stack import evaluate_jetson_toolkit
@@ -22,7 +23,6 @@ from gpu_device_plugin.doctor.run import run_checks
 from gpu_device_plugin.health.tegra import TegraHealthMonitor, classify_kmsg_line
 from gpu_device_plugin.model import Gpu
 from gpu_device_plugin.node_labels import gpu_labels
-from gpu_device_plugin.settings import Settings
 from helpers import Reports
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -13,6 +13,7 @@ import yaml
 from fake_nvml import FakeGpu, FakeNvml
 from gpu_device_plugin import cdi, cli, toolkit_cdi
 from gpu_device_plugin.cdi_names import jetson_toolkit_name
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery import select
 from gpu_device_plugin.discovery.base import DiscoveryError
@@ -31,7 +32,6 @@ from gpu_device_plugin.doctor.report import FAIL, PASS, SKIP, WARN
 from gpu_device_plugin.doctor.run import run_checks
 from gpu_device_plugin.model import Gpu
 from gpu_device_plugin.node_labels import gpu_labels
-from gpu_device_plugin.settings import Settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 THOR = FIXTURES / "jetson-agx-thor-r39"  # jetson-agx-thor-devkit: T5000 (p3834-0008) on the p4071 carrier

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from fake_nvml import FakeGpu, FakeNvml
-from gpu_device_plugin import cdi, config, toolkit_cdi
-from gpu_device_plugin.config import ConfigError, Settings
+from gpu_device_plugin import cdi, toolkit_cdi
+from gpu_device_plugin.config import loader
+from gpu_device_plugin.config.settings import ConfigError, Settings
 from gpu_device_plugin.core import policy
 from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.nvml import NvmlBackend
@@ -147,10 +148,10 @@ def test_the_plugin_writes_no_spec_of_its_own_for_nvml_gpus(tmp_path: Path) -> N
 
 
 def test_nvml_with_cdi_is_accepted_and_our_kind_may_not_be_the_toolkits() -> None:
-    settings = config.build({"device_discovery_strategy": "nvml", "device_list_strategy": ("cdi-cri",)}, {}, None)
+    settings = loader.build({"device_discovery_strategy": "nvml", "device_list_strategy": ("cdi-cri",)}, {}, None)
     assert settings.device_list_strategy == ("cdi-cri",)
     with pytest.raises(ConfigError, match=r"^--cdi-kind nvidia.com/gpu is the NVIDIA Container Toolkit's own kind"):
-        config.build({"device_discovery_strategy": "tegra", "device_list_strategy": ("cdi-cri",),
+        loader.build({"device_discovery_strategy": "tegra", "device_list_strategy": ("cdi-cri",),
                       "cdi_kind": "nvidia.com/gpu"}, {}, None)
 
 

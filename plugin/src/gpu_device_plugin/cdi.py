@@ -35,9 +35,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .cdi_names import DEVICE_NAME, split_kind
+from .config.settings import Settings
 from .hostpath import host_path_exists
 from .model import Gpu
-from .settings import Settings
 
 log = logging.getLogger(__name__)
 

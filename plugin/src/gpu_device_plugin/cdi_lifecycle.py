@@ -13,8 +13,8 @@ import logging
 from collections.abc import Sequence
 
 from . import cdi, toolkit_cdi
+from .config.settings import Settings
 from .model import Gpu
-from .settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__, config, logs
+from . import __version__, logs
+from .config import loader
+from .config.settings import ConfigError, Settings
 from .core import policy
 from .discovery.base import DiscoveryError
 from .discovery.select import choose
 from .health.base import HealthMonitor
 from .model import Gpu
-from .settings import ConfigError, Settings
 
 log = logging.getLogger("gpu_device_plugin")
 
@@ -36,7 +37,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, default: Any = None) -
     """
     parser.add_argument("--config-file", metavar="PATH", default=default,
                         help="YAML config file (official plugin's v1 format) [env CONFIG_FILE]")
-    for option in config.OPTIONS:
+    for option in loader.OPTIONS:
         extra: dict[str, Any] = {"nargs": "?", "const": "true"} if option.is_switch else {}
         parser.add_argument(option.flag, dest=option.attr, metavar=option.metavar or None, default=default,
                             help=f"{option.help} [env {option.env}]", **extra)
@@ -86,7 +87,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def load_settings(namespace: argparse.Namespace) -> tuple[Settings, tuple[str, ...]]:
-    return config.load(namespace, os.environ, _read)
+    return loader.load(namespace, os.environ, _read)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -295,7 +296,7 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
     for gpu in gpus:
         log.info("discovered GPU %d: %s (%s) nodes=%s", gpu.index, gpu.name, gpu.id,
                  ",".join(gpu.device_nodes) or "-")
-    conflict = config.backend_conflict(settings, choice.backend.name) if gpus and choice.backend else None
+    conflict = loader.backend_conflict(settings, choice.backend.name) if gpus and choice.backend else None
     if conflict:
         log.error("%s", conflict)
         return 2

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from . import __version__, dir_events, inotify, readiness, sdnotify, signals
 from .backoff import Backoff
 from .cdi_lifecycle import CdiSpecKeeper
+from .config.settings import ConfigError, Settings
 from .core import policy
 from .core.state import DeviceState
 from .health.base import HealthMonitor
@@ -31,7 +32,6 @@ from .model import Gpu, Health
 from .readiness import Readiness
 from .server import PluginServer, RegistrationError, register
 from .servicer import DevicePluginServicer
-from .settings import ConfigError, Settings
 from .socket_check import socket_path_problem
 from .stats import Stats
 from .watchdog import SelfProbe
@@ -403,7 +403,7 @@ class Daemon:
         except Exception as exc:
             self._reject(exc if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}")
             return
-        from .reload_policy import plan  # only on a reload: start-up time
+        from .config.reload_policy import plan  # only on a reload: start-up time
 
         decided = plan(self.settings, new, self.gpus[0].backend if self.gpus else None)
         if decided.rejection:

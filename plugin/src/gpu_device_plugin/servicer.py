@@ -12,11 +12,11 @@ from .api import wire
 from .api.grpc_server import CallContext
 from .api.schema import HEALTHY, UNHEALTHY
 from .api.status import StatusCode
+from .config.settings import Settings
 from .core import policy
 from .core.state import DeviceState
 from .hostpath import host_path_exists
 from .logs import REQUESTS
-from .settings import Settings
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger(REQUESTS)  # one line each, rate-limited (logs.RequestNoise)

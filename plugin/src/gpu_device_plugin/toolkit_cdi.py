@@ -24,8 +24,8 @@ from typing import Any, NamedTuple
 from . import toolkit_config
 from .cdi import NVML_GPU_NODE, cdi_enabled, spec_path
 from .cdi_names import TOOLKIT_KIND, jetson_toolkit_name
+from .config.settings import Settings
 from .model import Gpu
-from .settings import Settings
 
 log = logging.getLogger(__name__)
 

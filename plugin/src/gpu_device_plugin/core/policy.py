@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from ..cdi_names import TOOLKIT_KIND
+from ..config.settings import DEFAULT_RESOURCE, Settings
 from ..model import HEALTHY, Gpu, Health
-from ..settings import DEFAULT_RESOURCE, Settings
 
 REPLICA_SEPARATOR = "::"
 VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"

@@ -11,8 +11,8 @@ import re
 from collections.abc import Sequence
 
 from .. import toolkit_cdi
+from ..config.settings import Settings
 from ..model import Gpu
-from ..settings import Settings
 from .host import host_path, read_text, short_list
 from .report import FAIL, PASS, SKIP, WARN, Check
 
