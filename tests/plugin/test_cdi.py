@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from gpu_device_plugin import cdi
+from gpu_device_plugin.cdi import spec as cdi
 from gpu_device_plugin.config.settings import Settings, TimeSlicing
 from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery.tegra import TegraBackend

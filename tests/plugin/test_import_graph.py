@@ -84,7 +84,7 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_graph_sees_relative_and_function_level_imports() -> None:
     edges = graph()
-    assert "gpu_device_plugin.config.settings" in edges["gpu_device_plugin.cdi"]
+    assert "gpu_device_plugin.config.settings" in edges["gpu_device_plugin.cdi.spec"]
     assert "gpu_device_plugin.discovery.nvml" in edges["gpu_device_plugin.discovery.select"]  # lazy import
 
 

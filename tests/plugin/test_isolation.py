@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import toolkit_model as tm
 from fake_nvml import FakeGpu, FakeNvml
-from gpu_device_plugin import toolkit_cdi, toolkit_config
+from gpu_device_plugin.cdi import toolkit_config, toolkit_spec
 from gpu_device_plugin.config import loader
 from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.core import policy
@@ -273,7 +273,7 @@ def fallback_for(tmp_path: Path, runtime_text: str | None) -> tuple[str, str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(runtime_text)
     settings = Settings(device_list_strategy=("cdi-cri",), host_root=str(tmp_path))
-    return toolkit_cdi.fallback(settings, [UUIDS[0]])
+    return toolkit_spec.fallback(settings, [UUIDS[0]])
 
 
 def test_an_unnamed_gpu_falls_back_to_what_the_runtime_resolves_without_a_spec(tmp_path: Path) -> None:
@@ -294,10 +294,10 @@ def test_an_unnamed_gpu_falls_back_to_what_the_runtime_resolves_without_a_spec(t
 def test_the_fallback_message_says_what_the_configured_mode_does() -> None:
     gpu = x86_gpus()[0]
     auto = toolkit_config.unnamed_gpu_handover(toolkit_config.from_text(X86_RUNTIME_CONFIG.read_text()))
-    message = toolkit_cdi.fallback_message(gpu, "no spec", auto)
+    message = toolkit_spec.fallback_message(gpu, "no spec", auto)
     assert "volume-mounts hand-over" in message and "NVIDIA_VISIBLE_DEVICES" not in message
     cdi = toolkit_config.unnamed_gpu_handover(toolkit_config.from_text('[nvidia-container-runtime]\nmode = "cdi"\n'))
-    assert "refused at admission" in toolkit_cdi.fallback_message(gpu, "no spec", cdi)
+    assert "refused at admission" in toolkit_spec.fallback_message(gpu, "no spec", cdi)
 
 
 @pytest.mark.parametrize(("runtime_text", "strategies", "status", "words"), [

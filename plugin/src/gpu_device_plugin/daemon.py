@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from . import __version__, dir_events, inotify, readiness, sdnotify, signals
 from .backoff import Backoff
-from .cdi_lifecycle import CdiSpecKeeper
+from .cdi.lifecycle import CdiSpecKeeper
 from .config.settings import ConfigError, Settings
 from .core import policy
 from .core.state import DeviceState

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ..cdi_names import TOOLKIT_KIND, split_kind
+from ..cdi.names import TOOLKIT_KIND, split_kind
 from . import cache
 from .settings import (
     ALLOCATION_POLICIES,

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from ..cdi_names import TOOLKIT_KIND
+from ..cdi.names import TOOLKIT_KIND
 from ..config.settings import DEFAULT_RESOURCE, Settings
 from ..model import HEALTHY, Gpu, Health
 

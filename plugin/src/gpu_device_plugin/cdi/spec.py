@@ -34,10 +34,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .cdi_names import DEVICE_NAME, split_kind
-from .config.settings import Settings
-from .hostpath import host_path_exists
-from .model import Gpu
+from ..config.settings import Settings
+from ..hostpath import host_path_exists
+from ..model import Gpu
+from .names import DEVICE_NAME, split_kind
 
 log = logging.getLogger(__name__)
 
