@@ -20,13 +20,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from . import __version__, dir_events, inotify, readiness, sdnotify, signals
+from . import __version__, dir_events, readiness, sdnotify, signals
 from .backoff import Backoff
 from .cdi.lifecycle import CdiSpecKeeper
 from .config.settings import ConfigError, Settings
 from .core import policy
 from .core.state import DeviceState
 from .health.base import HealthMonitor
+from .host import inotify
 from .kubelet_identity import Identity, identity
 from .model import Gpu, Health
 from .readiness import Readiness

@@ -15,7 +15,7 @@ from .cdi import toolkit_spec
 from .config.settings import Settings
 from .core import policy
 from .core.state import DeviceState
-from .hostpath import host_path_exists
+from .host.paths import host_path_exists
 from .logs import REQUESTS
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..config.settings import Settings
-from ..hostpath import host_path_exists
+from ..host.paths import host_path_exists
 from ..model import Gpu
 from .names import DEVICE_NAME, split_kind
 
