@@ -91,7 +91,7 @@ def test_the_graph_sees_relative_and_function_level_imports() -> None:
 def test_discovery_and_health_share_one_nvml_helper_module() -> None:
     edges = graph()
     for user in ("gpu_device_plugin.discovery.nvml", "gpu_device_plugin.health.nvml"):
-        assert "gpu_device_plugin.nvml_lib" in edges[user]
+        assert "gpu_device_plugin.discovery.nvml_lib" in edges[user]
     assert "gpu_device_plugin.discovery.nvml" not in edges["gpu_device_plugin.health.nvml"]
 
 
