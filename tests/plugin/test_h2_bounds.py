@@ -20,8 +20,8 @@ from gpu_device_plugin.core import policy
 from gpu_device_plugin.core.state import DeviceState
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from gpu_device_plugin.model import HEALTHY, Health
-from gpu_device_plugin.server import PluginServer
-from gpu_device_plugin.servicer import DevicePluginServicer
+from gpu_device_plugin.service.server import PluginServer
+from gpu_device_plugin.service.servicer import DevicePluginServicer
 from h2_peer import (
     ACK,
     DATA,

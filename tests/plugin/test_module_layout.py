@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[2] / "plugin" / "src"
 
 
 def test_the_policy_core_does_not_import_the_cli_or_argparse() -> None:
-    probe = ("import sys, gpu_device_plugin.core.policy, gpu_device_plugin.servicer, gpu_device_plugin.core.state; "
+    probe = ("import sys, gpu_device_plugin.core.policy, gpu_device_plugin.service.servicer, gpu_device_plugin.core.state; "
              "print(sorted(m for m in ('argparse', 'gpu_device_plugin.cli', 'gpu_device_plugin.config.loader') "
              "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,

@@ -80,7 +80,7 @@ def test_renamed_resource_registers_under_its_new_name(socket_dir: str, kubelet:
 def test_watchdog_self_check_fails_when_our_grpc_server_is_wedged(socket_dir: str, monkeypatch) -> None:
     import threading
 
-    from gpu_device_plugin.servicer import DevicePluginServicer
+    from gpu_device_plugin.service.servicer import DevicePluginServicer
 
     wedge = threading.Event()
     original = DevicePluginServicer.GetDevicePluginOptions

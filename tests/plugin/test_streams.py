@@ -67,7 +67,7 @@ def test_extra_streams_leave_allocate_and_the_self_probe_a_worker(socket_dir: st
 
 def test_the_stream_of_a_new_registration_replaces_streams_opened_before_it(
         socket_dir: str, kubelet: KubeletDouble, watchers: list[Watcher]) -> None:
-    from gpu_device_plugin.servicer import MAX_STREAMS
+    from gpu_device_plugin.service.servicer import MAX_STREAMS
 
     with run_simulated(socket_dir) as daemon:
         first = kubelet.wait_registered()

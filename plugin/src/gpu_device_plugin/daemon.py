@@ -31,8 +31,8 @@ from .host import inotify
 from .kubelet_identity import Identity, identity
 from .model import Gpu, Health
 from .readiness import Readiness
-from .server import PluginServer, RegistrationError, register
-from .servicer import DevicePluginServicer
+from .service.server import PluginServer, RegistrationError, register
+from .service.servicer import DevicePluginServicer
 from .socket_check import socket_path_problem
 from .stats import Stats
 from .watchdog import SelfProbe

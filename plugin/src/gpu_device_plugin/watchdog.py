@@ -6,7 +6,7 @@ import logging
 
 from .api import grpc_client
 from .api.status import RpcFailure
-from .server import method_path
+from .service.server import method_path
 
 log = logging.getLogger(__name__)
 

@@ -7,16 +7,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .api import wire
-from .api.grpc_server import CallContext
-from .api.schema import HEALTHY, UNHEALTHY
-from .api.status import StatusCode
-from .cdi import toolkit_spec
-from .config.settings import Settings
-from .core import policy
-from .core.state import DeviceState
-from .host.paths import host_path_exists
-from .logs import REQUESTS
+from ..api import wire
+from ..api.grpc_server import CallContext
+from ..api.schema import HEALTHY, UNHEALTHY
+from ..api.status import StatusCode
+from ..cdi import toolkit_spec
+from ..config.settings import Settings
+from ..core import policy
+from ..core.state import DeviceState
+from ..host.paths import host_path_exists
+from ..logs import REQUESTS
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger(REQUESTS)  # one line each, rate-limited (logs.RequestNoise)
