@@ -107,7 +107,7 @@ def test_telemetry_collectors_know_their_hardware_and_nothing_of_prometheus_or_k
     edges = graph()
     outside_a_collector = {f"{METRICS}.{name}" for name in ("exposition", "attribution", "podresources",
                                                              "telemetry", "table")}
-    outside_a_collector |= {"gpu_device_plugin.observability", "gpu_device_plugin.api.podresources"}
+    outside_a_collector |= {"gpu_device_plugin.observability.endpoint", "gpu_device_plugin.api.podresources"}
     for collector in (f"{METRICS}.nvml", f"{METRICS}.tegra"):
         assert f"{METRICS}.collector" in edges[collector]
         assert not edges[collector] & outside_a_collector, edges[collector] & outside_a_collector

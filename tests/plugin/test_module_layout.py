@@ -11,7 +11,8 @@ SRC = Path(__file__).resolve().parents[2] / "plugin" / "src"
 
 
 def test_the_policy_core_does_not_import_the_cli_or_argparse() -> None:
-    probe = ("import sys, gpu_device_plugin.core.policy, gpu_device_plugin.service.servicer, gpu_device_plugin.core.state; "
+    probe = ("import sys, gpu_device_plugin.core.policy, gpu_device_plugin.service.servicer, "
+             "gpu_device_plugin.core.state; "
              "print(sorted(m for m in ('argparse', 'gpu_device_plugin.cli', 'gpu_device_plugin.config.loader') "
              "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
@@ -61,7 +62,7 @@ def test_gpu_telemetry_reads_the_kubelet_and_the_hardware_without_grpcio_protobu
 def test_the_metrics_listener_loads_no_http_library_and_no_tls() -> None:
     # http.server imports http.client, which loads ssl and OpenSSL: ~7 MiB for two plain-text paths
     probe = ("import socket, sys\n"
-             "from gpu_device_plugin.observability import Status, StatusServer\n"
+             "from gpu_device_plugin.observability.endpoint import Status, StatusServer\n"
              "status = Status('v', 'simulated', 'nvidia.com/gpu', 1, 0, True, 1, True, 1, 0, 0, 0, 0, 0, 0)\n"
              "server = StatusServer('127.0.0.1:0', lambda: status)\n"
              "server.start()\n"

@@ -85,7 +85,7 @@ def test_a_refused_registration_is_in_the_status_with_its_retry(socket_dir: str,
 
 
 def test_healthz_names_what_the_plugin_waits_for(socket_dir: str) -> None:
-    from gpu_device_plugin.observability import health_status
+    from gpu_device_plugin.observability.endpoint import health_status
 
     daemon = one_gpu_daemon(socket_dir, {})
     waiting = f"serving; waiting for the kubelet at {socket_dir}/kubelet.sock"

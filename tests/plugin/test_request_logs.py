@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from gpu_device_plugin import logs
 from gpu_device_plugin.api import pb, rpc
-from gpu_device_plugin.logs import REQUESTS, RequestNoise
+from gpu_device_plugin.observability import logs
+from gpu_device_plugin.observability.logs import REQUESTS, RequestNoise
 from helpers import run_simulated, wait_until
 
 

@@ -14,7 +14,7 @@ from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.dir_events import FILE_EVENTS, Seen, Watches, classify
 from gpu_device_plugin.host import inotify
 from gpu_device_plugin.host.inotify import Event
-from gpu_device_plugin.stats import Stats
+from gpu_device_plugin.observability.stats import Stats
 
 WATCHES = Watches(socket_wd=1, config_wd=2, kubelet_name="kubelet.sock", endpoint_name="nvidia-gpu.sock",
                   config_name="config.yaml")

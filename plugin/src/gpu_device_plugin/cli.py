@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__, logs
+from . import __version__
 from .config import loader
 from .config.settings import ConfigError, Settings
 from .core import policy
@@ -20,6 +20,7 @@ from .discovery.base import DiscoveryError
 from .discovery.select import choose
 from .health.base import HealthMonitor
 from .model import Gpu
+from .observability import logs
 
 log = logging.getLogger("gpu_device_plugin")
 

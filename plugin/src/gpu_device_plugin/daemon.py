@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from . import __version__, dir_events, readiness, sdnotify, signals
+from . import __version__, dir_events, signals
 from .backoff import Backoff
 from .cdi.lifecycle import CdiSpecKeeper
 from .config.settings import ConfigError, Settings
@@ -30,15 +30,16 @@ from .health.base import HealthMonitor
 from .host import inotify
 from .kubelet_identity import Identity, identity
 from .model import Gpu, Health
-from .readiness import Readiness
+from .observability import readiness, sdnotify
+from .observability.readiness import Readiness
+from .observability.stats import Stats
+from .observability.watchdog import SelfProbe
 from .service.server import PluginServer, RegistrationError, register
 from .service.servicer import DevicePluginServicer
 from .socket_check import socket_path_problem
-from .stats import Stats
-from .watchdog import SelfProbe
 
 if TYPE_CHECKING:
-    from .observability import Status
+    from .observability.endpoint import Status
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ class Daemon:
         try:
             if self.settings.metrics_address:
                 from .metrics.telemetry import Telemetry  # only with --metrics-address: start-up time
-                from .observability import StatusServer
+                from .observability.endpoint import StatusServer
 
                 status_server = StatusServer(self.settings.metrics_address, self.status,
                                              Telemetry.for_plugin(self.settings, self.gpus, self.monitor))
@@ -366,7 +367,7 @@ class Daemon:
         self.stats.add("allocations")
 
     def status(self) -> Status:
-        from .observability import Status
+        from .observability.endpoint import Status
 
         states = self.state.snapshot()[1]
         server = self.server  # _serve may swap it from the main loop while /healthz reads

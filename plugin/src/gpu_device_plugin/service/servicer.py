@@ -16,7 +16,7 @@ from ..config.settings import Settings
 from ..core import policy
 from ..core.state import DeviceState
 from ..host.paths import host_path_exists
-from ..logs import REQUESTS
+from ..observability.logs import REQUESTS
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger(REQUESTS)  # one line each, rate-limited (logs.RequestNoise)
