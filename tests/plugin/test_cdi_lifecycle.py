@@ -10,8 +10,8 @@ import pytest
 from gpu_device_plugin.cdi import spec
 from gpu_device_plugin.cdi.lifecycle import CdiSpecKeeper
 from gpu_device_plugin.config.settings import Settings
-from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
+from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, simulated_settings, wait_until
 from kubelet_double import KubeletDouble
 

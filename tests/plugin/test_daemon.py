@@ -126,7 +126,7 @@ def test_health_flip_reaches_the_kubelet_and_recovers(socket_dir: str, kubelet: 
 
 
 def test_no_gpus_means_no_registration_but_the_daemon_keeps_running(socket_dir: str, kubelet: KubeletDouble) -> None:
-    from gpu_device_plugin.daemon import Daemon
+    from gpu_device_plugin.session.daemon import Daemon
     from helpers import RunningDaemon, simulated_settings
 
     daemon = Daemon(simulated_settings(socket_dir), [], None, environ={})
@@ -192,8 +192,8 @@ def test_socket_loss_is_seen_when_the_config_file_shares_the_socket_directory(so
     import argparse
 
     from gpu_device_plugin.config import loader
-    from gpu_device_plugin.daemon import Daemon
     from gpu_device_plugin.discovery.simulated import SimulatedBackend
+    from gpu_device_plugin.session.daemon import Daemon
     from helpers import RunningDaemon
 
     path = os.path.join(socket_dir, "config.yaml")

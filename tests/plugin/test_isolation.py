@@ -19,12 +19,12 @@ from gpu_device_plugin.cdi import toolkit_config, toolkit_spec
 from gpu_device_plugin.config import loader
 from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.core import policy
-from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.discovery.tegra import TegraBackend
 from gpu_device_plugin.doctor.report import FAIL, PASS, WARN
 from gpu_device_plugin.doctor.runtime import evaluate_isolation
 from gpu_device_plugin.model import Gpu
+from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon
 from kubelet_double import KubeletDouble
 

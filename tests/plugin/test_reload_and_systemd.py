@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from gpu_device_plugin.config import loader
-from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
+from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, wait_until
 from kubelet_double import KubeletDouble
 

@@ -8,13 +8,13 @@ import sys
 import threading
 
 import pytest
-from gpu_device_plugin.backoff import Backoff
 from gpu_device_plugin.config import reload_policy
 from gpu_device_plugin.config.settings import Settings
-from gpu_device_plugin.dir_events import FILE_EVENTS, Seen, Watches, classify
 from gpu_device_plugin.host import inotify
 from gpu_device_plugin.host.inotify import Event
 from gpu_device_plugin.observability.stats import Stats
+from gpu_device_plugin.session.backoff import Backoff
+from gpu_device_plugin.session.dir_events import FILE_EVENTS, Seen, Watches, classify
 
 WATCHES = Watches(socket_wd=1, config_wd=2, kubelet_name="kubelet.sock", endpoint_name="nvidia-gpu.sock",
                   config_name="config.yaml")

@@ -15,9 +15,9 @@ from gpu_device_plugin.cdi import toolkit_spec
 from gpu_device_plugin.config import loader
 from gpu_device_plugin.config.settings import ConfigError, Settings
 from gpu_device_plugin.core import policy
-from gpu_device_plugin.daemon import Daemon
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.model import Gpu
+from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, simulated_settings
 from kubelet_double import KubeletDouble
 

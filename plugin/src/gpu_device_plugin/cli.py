@@ -272,7 +272,7 @@ def make_monitor(settings: Settings, backend_name: str) -> HealthMonitor | None:
 
 
 def serve(settings: Settings, args: argparse.Namespace) -> int:
-    from .daemon import Daemon
+    from .session.daemon import Daemon
 
     log.info("gpu-device-plugin %s starting (discovery: %s)", __version__, settings.device_discovery_strategy)
     choice = choose(settings)

@@ -20,26 +20,27 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from . import __version__, dir_events, signals
+from .. import __version__
+from ..cdi.lifecycle import CdiSpecKeeper
+from ..config.settings import ConfigError, Settings
+from ..core import policy
+from ..core.state import DeviceState
+from ..health.base import HealthMonitor
+from ..host import inotify
+from ..model import Gpu, Health
+from ..observability import readiness, sdnotify
+from ..observability.readiness import Readiness
+from ..observability.stats import Stats
+from ..observability.watchdog import SelfProbe
+from ..service.server import PluginServer, RegistrationError, register
+from ..service.servicer import DevicePluginServicer
+from . import dir_events, signals
 from .backoff import Backoff
-from .cdi.lifecycle import CdiSpecKeeper
-from .config.settings import ConfigError, Settings
-from .core import policy
-from .core.state import DeviceState
-from .health.base import HealthMonitor
-from .host import inotify
 from .kubelet_identity import Identity, identity
-from .model import Gpu, Health
-from .observability import readiness, sdnotify
-from .observability.readiness import Readiness
-from .observability.stats import Stats
-from .observability.watchdog import SelfProbe
-from .service.server import PluginServer, RegistrationError, register
-from .service.servicer import DevicePluginServicer
 from .socket_check import socket_path_problem
 
 if TYPE_CHECKING:
-    from .observability.endpoint import Status
+    from ..observability.endpoint import Status
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,8 @@ class Daemon:
         status_server = None
         try:
             if self.settings.metrics_address:
-                from .metrics.telemetry import Telemetry  # only with --metrics-address: start-up time
-                from .observability.endpoint import StatusServer
+                from ..metrics.telemetry import Telemetry  # only with --metrics-address: start-up time
+                from ..observability.endpoint import StatusServer
 
                 status_server = StatusServer(self.settings.metrics_address, self.status,
                                              Telemetry.for_plugin(self.settings, self.gpus, self.monitor))
@@ -367,7 +368,7 @@ class Daemon:
         self.stats.add("allocations")
 
     def status(self) -> Status:
-        from .observability.endpoint import Status
+        from ..observability.endpoint import Status
 
         states = self.state.snapshot()[1]
         server = self.server  # _serve may swap it from the main loop while /healthz reads
@@ -405,7 +406,7 @@ class Daemon:
         except Exception as exc:
             self._reject(exc if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}")
             return
-        from .config.reload_policy import plan  # only on a reload: start-up time
+        from ..config.reload_policy import plan  # only on a reload: start-up time
 
         decided = plan(self.settings, new, self.gpus[0].backend if self.gpus else None)
         if decided.rejection:
