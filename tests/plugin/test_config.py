@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from gpu_device_plugin import cli
+from gpu_device_plugin.cli import main as cli
 from gpu_device_plugin.config import loader
 from gpu_device_plugin.config.settings import ConfigError, TimeSlicing
 

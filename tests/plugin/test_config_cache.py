@@ -108,7 +108,7 @@ def test_a_start_with_an_unchanged_file_does_not_import_pyyaml(tmp_path: Path) -
     cache = tmp_path / "cache"
     cache.mkdir()
     probe = ("import argparse, os, sys\n"
-             "from gpu_device_plugin import cli\nfrom gpu_device_plugin.config import loader\n"
+             "from gpu_device_plugin.cli import main as cli\nfrom gpu_device_plugin.config import loader\n"
              "parser = argparse.ArgumentParser(); cli.add_config_arguments(parser)\n"
              f"args = parser.parse_args(['--config-file', {str(config_file)!r}])\n"
              "settings, _ = loader.load(args, os.environ, lambda p: open(p).read())\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fake_nvml import FakeNvml, make_gpus
-from gpu_device_plugin import cli
+from gpu_device_plugin.cli import main as cli
 from gpu_device_plugin.config.settings import Settings, TimeSlicing
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.discovery.simulated import SimulatedBackend

@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[2] / "plugin" / "src"
 def test_the_policy_core_does_not_import_the_cli_or_argparse() -> None:
     probe = ("import sys, gpu_device_plugin.core.policy, gpu_device_plugin.service.servicer, "
              "gpu_device_plugin.core.state; "
-             "print(sorted(m for m in ('argparse', 'gpu_device_plugin.cli', 'gpu_device_plugin.config.loader') "
+             "print(sorted(m for m in ('argparse', 'gpu_device_plugin.cli.main', 'gpu_device_plugin.config.loader') "
              "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
                          text=True, check=True).stdout
@@ -25,7 +25,7 @@ def test_the_serve_path_imports_nothing_a_start_does_not_need() -> None:
     # only on request (NVML, the metrics listener and its GPU telemetry, hashlib for cdi-annotations,
     # tempfile to write a CDI spec, asyncio)
     probe = ("import sys\n"
-             "from gpu_device_plugin import cli\nfrom gpu_device_plugin.session import daemon\n"
+             "from gpu_device_plugin.cli import main\nfrom gpu_device_plugin.session import daemon\n"
              "from gpu_device_plugin.discovery import tegra, simulated\n"
              "from gpu_device_plugin.health import tegra as t, simulated as s\n"
              "print(sorted(m for m in ('dataclasses', 'inspect', 'ast', 'yaml', 'pynvml', 'http.server', 'hashlib',"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from gpu_device_plugin.cdi import spec as cdi
 from gpu_device_plugin.cdi import toolkit_spec
+from gpu_device_plugin.cli.node_labels import gpu_labels
 from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery.tegra import TegraBackend
@@ -23,7 +24,6 @@ from gpu_device_plugin.doctor.report import FAIL, PASS, SKIP, WARN
 from gpu_device_plugin.doctor.run import run_checks
 from gpu_device_plugin.health.tegra import TegraHealthMonitor, classify_kmsg_line
 from gpu_device_plugin.model import Gpu
-from gpu_device_plugin.node_labels import gpu_labels
 from helpers import Reports
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 from fake_nvml import FakeGpu, FakeNvml
-from gpu_device_plugin import cli
 from gpu_device_plugin.cdi import spec as cdi
 from gpu_device_plugin.cdi import toolkit_spec
 from gpu_device_plugin.cdi.names import jetson_toolkit_name
+from gpu_device_plugin.cli import main as cli
+from gpu_device_plugin.cli.node_labels import gpu_labels
 from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery import select
@@ -33,7 +34,6 @@ from gpu_device_plugin.doctor.openrm import evaluate_openrm_driver
 from gpu_device_plugin.doctor.report import FAIL, PASS, SKIP, WARN
 from gpu_device_plugin.doctor.run import run_checks
 from gpu_device_plugin.model import Gpu
-from gpu_device_plugin.node_labels import gpu_labels
 
 FIXTURES = Path(__file__).parent / "fixtures"
 THOR = FIXTURES / "jetson-agx-thor-r39"  # jetson-agx-thor-devkit: T5000 (p3834-0008) on the p4071 carrier

@@ -12,15 +12,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__
-from .config import loader
-from .config.settings import ConfigError, Settings
-from .core import policy
-from .discovery.base import DiscoveryError
-from .discovery.select import choose
-from .health.base import HealthMonitor
-from .model import Gpu
-from .observability import logs
+from .. import __version__
+from ..config import loader
+from ..config.settings import ConfigError, Settings
+from ..core import policy
+from ..discovery.base import DiscoveryError
+from ..discovery.select import choose
+from ..health.base import HealthMonitor
+from ..model import Gpu
+from ..observability import logs
 
 log = logging.getLogger("gpu_device_plugin")
 
@@ -106,8 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # still check the node; the config-file check explains the error in context
         settings, warnings = Settings(config_file=args.config_file or os.environ.get("CONFIG_FILE", "")), ()
     if args.command == "check":
-        from .doctor.report import exit_code, format_report
-        from .doctor.run import run_checks
+        from ..doctor.report import exit_code, format_report
+        from ..doctor.run import run_checks
 
         checks = run_checks(settings)
 
@@ -194,9 +194,9 @@ def discover_command(settings: Settings, as_json: bool = False) -> int:
 
 def metrics_command(settings: Settings, prometheus: bool = False, nvml_module: Any = None) -> int:
     """Discover as the plugin does, read every GPU's metrics once, print them; 1 when there is no GPU."""
-    from .metrics.podresources import socket_beside
-    from .metrics.table import format_table
-    from .metrics.telemetry import Telemetry, make_collectors
+    from ..metrics.podresources import socket_beside
+    from ..metrics.table import format_table
+    from ..metrics.telemetry import Telemetry, make_collectors
 
     choice = choose(settings)
     gpus: list[Gpu] = []
@@ -257,22 +257,22 @@ def make_monitor(settings: Settings, backend_name: str) -> HealthMonitor | None:
     if backend_name == "simulated":
         if not settings.simulated_health_dir:
             return None
-        from .health.simulated import SimulatedHealthMonitor
+        from ..health.simulated import SimulatedHealthMonitor
 
         return SimulatedHealthMonitor(settings.simulated_health_dir)
     if backend_name == "tegra":
-        from .health.tegra import TegraHealthMonitor
+        from ..health.tegra import TegraHealthMonitor
 
         return TegraHealthMonitor(root=settings.host_root, recovery_quiet_period_s=settings.health_recovery_period)
     if backend_name == "nvml":
-        from .health.nvml import NvmlHealthMonitor
+        from ..health.nvml import NvmlHealthMonitor
 
         return NvmlHealthMonitor(recovery_quiet_period_s=settings.health_recovery_period)
     return None
 
 
 def serve(settings: Settings, args: argparse.Namespace) -> int:
-    from .session.daemon import Daemon
+    from ..session.daemon import Daemon
 
     log.info("gpu-device-plugin %s starting (discovery: %s)", __version__, settings.device_discovery_strategy)
     choice = choose(settings)
