@@ -122,7 +122,7 @@ def test_the_plugin_reads_podresources_with_its_own_wire_code_and_client() -> No
     assert "gpu_device_plugin.api.pb" not in edges[f"{METRICS}.podresources"]  # pb needs protobuf
 
 
-def test_only_the_daemon_and_the_cli_reach_into_telemetry() -> None:
+def test_only_the_supervision_and_the_cli_reach_into_telemetry() -> None:
     users = {name for name, imported in graph().items() if not name.startswith(METRICS)
              and any(m.startswith(METRICS) for m in imported)}
-    assert users == {"gpu_device_plugin.session.daemon", "gpu_device_plugin.cli.main"}
+    assert users == {"gpu_device_plugin.session.supervision", "gpu_device_plugin.cli.main"}
