@@ -25,7 +25,7 @@ def test_the_serve_path_imports_nothing_a_start_does_not_need() -> None:
     # only on request (NVML, the metrics listener and its GPU telemetry, hashlib for cdi-annotations,
     # tempfile to write a CDI spec, asyncio)
     probe = ("import sys\n"
-             "from gpu_device_plugin.cli import main\nfrom gpu_device_plugin.session import daemon\n"
+             "from gpu_device_plugin.cli import main, serve\n"
              "from gpu_device_plugin.discovery import tegra, simulated\n"
              "from gpu_device_plugin.health import tegra as t, simulated as s\n"
              "print(sorted(m for m in ('dataclasses', 'inspect', 'ast', 'yaml', 'pynvml', 'http.server', 'hashlib',"

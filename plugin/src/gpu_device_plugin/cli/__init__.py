@@ -1,2 +1,3 @@
-"""`gpu-device-plugin`: the command line (main), serving and the subcommands a person on the
-board runs; node_labels is the k3s drop-in the node-labels subcommand writes."""
+"""`gpu-device-plugin`: the command line and the subcommands a person runs (main), serving
+(serve: discovery, the health monitor, then the daemon), and the k3s node-labels drop-in
+(node_labels)."""
