@@ -6,7 +6,8 @@ the config file), a wake pipe (signals, stop, health) and the next timer (regist
 watchdog); an idle plugin makes no syscalls between watchdog pings. What happens is handed
 to the part it concerns, each in its own module: the kubelet session (kubelet: serve,
 register, follow kubelet restarts), the configuration reload (reload) and what systemd and
-/healthz see (supervision); the CDI spec's keeper (cdi/lifecycle) and signals besides.
+/healthz see (supervision, with the self_probe); the CDI spec's keeper (cdi/lifecycle) and
+signals besides.
 """
 
 from __future__ import annotations

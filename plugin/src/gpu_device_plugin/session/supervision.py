@@ -22,8 +22,8 @@ from ..model import Gpu
 from ..observability import sdnotify
 from ..observability.readiness import Readiness
 from ..observability.stats import Stats
-from ..observability.watchdog import SelfProbe
 from .kubelet import KubeletSession
+from .self_probe import SelfProbe
 
 if TYPE_CHECKING:
     from ..observability.endpoint import Status, StatusServer
