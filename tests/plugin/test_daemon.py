@@ -192,6 +192,7 @@ def test_socket_loss_is_seen_when_the_config_file_shares_the_socket_directory(so
     import argparse
 
     from gpu_device_plugin.config import loader
+    from gpu_device_plugin.config.settings import Settings
     from gpu_device_plugin.discovery.simulated import SimulatedBackend
     from gpu_device_plugin.session.daemon import Daemon
     from helpers import RunningDaemon
@@ -202,7 +203,7 @@ def test_socket_loss_is_seen_when_the_config_file_shares_the_socket_directory(so
                 f"    kubeletSocket: {socket_dir}/kubelet.sock\n")
     namespace = argparse.Namespace(config_file=path, **{o.attr: None for o in loader.OPTIONS})
 
-    def load() -> loader.Settings:
+    def load() -> Settings:
         return loader.load(namespace, {}, lambda p: open(p).read())[0]
 
     with RunningDaemon(Daemon(load(), SimulatedBackend(2).discover(), None, reload_settings=load, environ={})):

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 from gpu_device_plugin.config import loader
+from gpu_device_plugin.config.settings import Settings
 
 FILES = Path(__file__).resolve().parents[2] / "meta-gpu-k8s" / "recipes-plugin" / "gpu-device-plugin" / "files"
 
 
-def settings_for(relative: str) -> loader.Settings:
+def settings_for(relative: str) -> Settings:
     parsed = loader.parse_file((FILES / relative).read_text(), source=relative)
     assert parsed.warnings == (), f"{relative} has fields the plugin ignores: {parsed.warnings}"
     return loader.build({}, {}, parsed)

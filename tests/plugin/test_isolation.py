@@ -17,7 +17,7 @@ import toolkit_model as tm
 from fake_nvml import FakeGpu, FakeNvml
 from gpu_device_plugin.cdi import toolkit_config, toolkit_spec
 from gpu_device_plugin.config import loader
-from gpu_device_plugin.config.settings import Settings
+from gpu_device_plugin.config.settings import Settings, TimeSlicing
 from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.discovery.tegra import TegraBackend
@@ -197,7 +197,7 @@ def test_a_pod_that_requests_a_gpu_gets_exactly_its_own() -> None:
 
 def test_time_sliced_replicas_go_to_their_own_physical_gpu() -> None:
     runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
-    settings = plugin_settings("gpu-device-plugin.yaml")._replace(time_slicing=loader.TimeSlicing(replicas=2))
+    settings = plugin_settings("gpu-device-plugin.yaml")._replace(time_slicing=TimeSlicing(replicas=2))
     gpus = x86_gpus()
     allocation = allocate(gpus, settings, [f"{UUIDS[1]}::1"])
     assert gets(tm.container(tm.CUDA_IMAGE_ENV, allocation=allocation), runtime, gpus) == {UUIDS[1]}

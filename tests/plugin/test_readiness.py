@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from gpu_device_plugin.config import loader
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, wait_until
@@ -45,7 +45,7 @@ def sink(socket_dir: str) -> Iterator[NotifySink]:
 
 
 def one_gpu_daemon(socket_dir: str, environ: dict[str, str]) -> Daemon:
-    settings = loader.Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="simulated",
+    settings = Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="simulated",
                                simulated_gpus=1)
     return Daemon(settings, SimulatedBackend(1).discover(), None, environ=environ)
 

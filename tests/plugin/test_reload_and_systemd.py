@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from gpu_device_plugin.config import loader
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, wait_until
@@ -38,7 +39,7 @@ def write_config(path: Path, socket_dir: str, replicas: int, rename: str = "fals
 def daemon_from_file(path: Path) -> Daemon:
     namespace = argparse.Namespace(config_file=str(path), **{o.attr: None for o in loader.OPTIONS})
 
-    def reload() -> loader.Settings:
+    def reload() -> Settings:
         return loader.load(namespace, {}, lambda p: Path(p).read_text())[0]
 
     settings = reload()
@@ -91,7 +92,7 @@ def test_watchdog_self_check_fails_when_our_grpc_server_is_wedged(socket_dir: st
         return original(self, request, context)
 
     monkeypatch.setattr(DevicePluginServicer, "GetDevicePluginOptions", maybe_wedged)
-    settings = loader.Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="simulated",
+    settings = Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="simulated",
                                simulated_gpus=1)
     daemon = Daemon(settings, SimulatedBackend(1).discover(), None, environ={})
     daemon.self_probe_timeout = 0.3
@@ -175,7 +176,7 @@ def test_gpu_less_node_reports_ready_so_boot_is_not_held_up(socket_dir: str) -> 
     sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sink.bind(f"{socket_dir}/systemd/notify")
     sink.settimeout(3)
-    settings = loader.Settings(kubelet_socket=f"{socket_dir}/kubelet.sock")
+    settings = Settings(kubelet_socket=f"{socket_dir}/kubelet.sock")
     try:
         with RunningDaemon(Daemon(settings, [], None, environ={"NOTIFY_SOCKET": f"{socket_dir}/systemd/notify"})):
             message = sink.recv(256).decode()

@@ -204,7 +204,7 @@ class FileConfig(NamedTuple):
 def parse_file(text: str, source: str = "config file", cache_dir: str = "") -> FileConfig:
     """Parse a v1 YAML/JSON config file. Raises ConfigError naming the field.
 
-    `cache_dir`: where the parsed document of this exact text may be kept (config_cache)."""
+    `cache_dir`: where the parsed document of this exact text may be kept (config.cache)."""
     doc = cache.document(text, lambda t: _parse_yaml(t, source), cache_dir)
     if doc is None:
         raise ConfigError(f"{source} is empty: it needs at least 'version: v1' (the official plugin's format)")
