@@ -197,9 +197,9 @@ def run_leg(leg: Leg, kubelet: KubeletDouble, socket_dir: str, args: argparse.Na
 
 def preferred_allocation_ms() -> tuple[float, float]:
     """The policy core alone: 8 GPUs x 256 replicas, a 512-replica request (distributed, packed)."""
-    from gpu_device_plugin import policy
+    from gpu_device_plugin.config.settings import Settings, TimeSlicing
+    from gpu_device_plugin.core import policy
     from gpu_device_plugin.model import Gpu
-    from gpu_device_plugin.settings import Settings, TimeSlicing
 
     settings = Settings(time_slicing=TimeSlicing(replicas=256))
     gpus = [Gpu(id=f"GPU-{i}", index=i, name="bench", backend="nvml", numa_node=i // 4) for i in range(8)]

@@ -37,8 +37,8 @@ def kubelet(socket_dir: str) -> Iterator[object]:
 @pytest.fixture()
 def no_plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process CLI runs see no plugin setting from the environment running the tests."""
-    from gpu_device_plugin import config
+    from gpu_device_plugin.config import loader
 
-    for option in config.OPTIONS:
+    for option in loader.OPTIONS:
         monkeypatch.delenv(option.env, raising=False)
     monkeypatch.delenv("CONFIG_FILE", raising=False)

@@ -9,11 +9,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from gpu_device_plugin.config import Settings
-from gpu_device_plugin.daemon import Daemon
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from gpu_device_plugin.health.base import HealthMonitor
 from gpu_device_plugin.model import Health
+from gpu_device_plugin.session.daemon import Daemon
 
 
 def short_tempdir() -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from gpu_device_plugin.config import TimeSlicing
+from gpu_device_plugin.config.settings import TimeSlicing
 from gpu_device_plugin.health.simulated import SimulatedHealthMonitor
 from helpers import run_simulated
 from kubelet_double import Insufficient, KubeletDouble

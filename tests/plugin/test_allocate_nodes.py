@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_device_plugin import policy
-from gpu_device_plugin.config import Settings
-from gpu_device_plugin.daemon import Daemon
+from gpu_device_plugin.config.settings import Settings
+from gpu_device_plugin.core import policy
 from gpu_device_plugin.model import Gpu
+from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, simulated_settings
 from kubelet_double import KubeletDouble
 

@@ -8,10 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from gpu_device_plugin import cdi, policy
-from gpu_device_plugin.config import Settings, TimeSlicing
+from gpu_device_plugin.cdi import spec as cdi
+from gpu_device_plugin.config.settings import Settings, TimeSlicing
+from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery.tegra import TegraBackend
-from gpu_device_plugin.hostpath import host_path_exists
+from gpu_device_plugin.host.paths import host_path_exists
 from gpu_device_plugin.model import Gpu
 
 FIXTURES = Path(__file__).parent / "fixtures"

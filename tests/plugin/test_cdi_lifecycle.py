@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
-from gpu_device_plugin import cdi
-from gpu_device_plugin.cdi_lifecycle import CdiSpecKeeper
-from gpu_device_plugin.config import Settings
-from gpu_device_plugin.daemon import Daemon
+from gpu_device_plugin.cdi import spec
+from gpu_device_plugin.cdi.lifecycle import CdiSpecKeeper
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
+from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, simulated_settings, wait_until
 from kubelet_double import KubeletDouble
 
@@ -57,7 +57,7 @@ def test_a_failed_removal_is_logged_not_raised(tmp_path: Path, monkeypatch: pyte
     keeper = CdiSpecKeeper(GPUS)
     old = cdi_settings(tmp_path / "a")
     keeper.sync(old)
-    monkeypatch.setattr(cdi, "remove_spec", refuse)
+    monkeypatch.setattr(spec, "remove_spec", refuse)
     with caplog.at_level(logging.ERROR):
         keeper.switch(old, cdi_settings(tmp_path / "b"))
         keeper.switch(cdi_settings(tmp_path / "b"), cdi_settings(tmp_path / "b", device_list_strategy=("envvar",)))
@@ -79,7 +79,7 @@ def test_a_reload_whose_spec_removal_fails_keeps_the_daemon_serving_and_stop_exi
     runner = RunningDaemon(daemon)
     with runner:
         endpoint = kubelet.wait_registered()
-        monkeypatch.setattr(cdi, "remove_spec", refuse)
+        monkeypatch.setattr(spec, "remove_spec", refuse)
         daemon.request_reload()
         assert wait_until(lambda: daemon.settings.cdi_kind == "example.com/gpu")
         response = endpoint.allocate(["sim-gpu-0"]).container_responses[0]

@@ -131,7 +131,7 @@ def test_check_reports_a_bad_config_file_and_still_checks_the_node(tmp_path: Pat
 
 
 def test_flags_before_a_subcommand_are_kept() -> None:
-    from gpu_device_plugin.cli import parse_args
+    from gpu_device_plugin.cli.main import parse_args
 
     args = parse_args(["--simulated-gpus", "3", "--kubelet-socket", "/x/kubelet.sock", "serve"])
     assert (args.simulated_gpus, args.kubelet_socket) == ("3", "/x/kubelet.sock")
@@ -141,7 +141,7 @@ def test_flags_before_a_subcommand_are_kept() -> None:
 
 @pytest.mark.parametrize("command", ["serve", "discover", "check", "node-labels"])
 def test_every_subcommand_takes_the_config_flags_after_its_name(command: str) -> None:
-    from gpu_device_plugin.cli import parse_args
+    from gpu_device_plugin.cli.main import parse_args
 
     extra = ["--output", "/tmp/labels.yaml"] if command == "node-labels" else []
     args = parse_args([command, "--device-id-strategy", "index", "--config-file", "/etc/x.yaml", *extra])
@@ -149,14 +149,14 @@ def test_every_subcommand_takes_the_config_flags_after_its_name(command: str) ->
 
 
 def test_a_flag_value_that_is_a_command_name_changes_nothing() -> None:
-    from gpu_device_plugin.cli import parse_args
+    from gpu_device_plugin.cli.main import parse_args
 
     args = parse_args(["--config-file", "check", "--log-level", "debug"])
     assert (args.command, args.config_file, args.log_level) == (None, "check", "debug")
 
 
 def test_help_lists_the_flags_at_the_top_and_under_a_subcommand(capsys) -> None:
-    from gpu_device_plugin.cli import parse_args
+    from gpu_device_plugin.cli.main import parse_args
 
     for argv in (["--help"], ["discover", "--help"]):
         with pytest.raises(SystemExit) as stopped:
@@ -166,11 +166,11 @@ def test_help_lists_the_flags_at_the_top_and_under_a_subcommand(capsys) -> None:
 
 
 def test_boolean_flags_work_bare_like_the_official_plugin() -> None:
-    from gpu_device_plugin import config
-    from gpu_device_plugin.cli import parse_args
+    from gpu_device_plugin.cli.main import parse_args
+    from gpu_device_plugin.config import loader
 
     args = parse_args(["--pass-device-specs", "--fail-on-init-error", "false"])
-    values = config.parse_flags(args)
+    values = loader.parse_flags(args)
     assert values["pass_device_specs"] is True and values["fail_on_init_error"] is False
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from gpu_device_plugin import cli, config
-from gpu_device_plugin.config import ConfigError, TimeSlicing
+from gpu_device_plugin.cli import main as cli
+from gpu_device_plugin.config import loader
+from gpu_device_plugin.config.settings import ConfigError, TimeSlicing
 
 OFFICIAL_STYLE = """
 version: v1
@@ -39,7 +40,7 @@ def load(argv: tuple[str, ...] = (), env: dict[str, str] | None = None, files: d
             raise FileNotFoundError(2, "No such file or directory")
         return files[path]
 
-    return config.load(parse_args(*argv), env or {}, read)
+    return loader.load(parse_args(*argv), env or {}, read)
 
 
 def test_defaults_match_the_official_plugin_where_names_are_shared() -> None:

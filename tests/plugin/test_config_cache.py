@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpu_device_plugin import config, config_cache
-from gpu_device_plugin.config import ConfigError
+from gpu_device_plugin.config import cache as config_cache
+from gpu_device_plugin.config import loader
+from gpu_device_plugin.config.settings import ConfigError
 
 SRC = Path(__file__).resolve().parents[2] / "plugin" / "src"
 TEXT = "version: v1\nflags:\n  plugin:\n    deviceIDStrategy: index\n"
@@ -82,7 +83,7 @@ def test_documents_json_would_change_are_never_stored(tmp_path: Path, text: str)
 def test_a_syntax_error_is_reported_every_time_and_never_stored(tmp_path: Path) -> None:
     for _ in range(2):
         with pytest.raises(ConfigError, match="not valid YAML"):
-            config.parse_file("version: v1\nflags: [\n", source="f.yaml", cache_dir=str(tmp_path))
+            loader.parse_file("version: v1\nflags: [\n", source="f.yaml", cache_dir=str(tmp_path))
     assert not (tmp_path / config_cache.FILE_NAME).exists()
 
 
@@ -90,7 +91,7 @@ def test_a_stored_document_is_still_checked_like_a_parsed_one(tmp_path: Path) ->
     bad = "version: v2\n"
     for _ in range(2):
         with pytest.raises(ConfigError, match="'version' must be v1"):
-            config.parse_file(bad, cache_dir=str(tmp_path))
+            loader.parse_file(bad, cache_dir=str(tmp_path))
     assert json.loads((tmp_path / config_cache.FILE_NAME).read_text())["text"] == bad
 
 
@@ -101,16 +102,16 @@ def test_the_directory_comes_from_systemds_cache_directory() -> None:
 
 
 def test_a_start_with_an_unchanged_file_does_not_import_pyyaml(tmp_path: Path) -> None:
-    """Through config.load, as the unit runs it: the second start reads the store only."""
+    """Through config.loader.load, as the unit runs it: the second start reads the store only."""
     config_file = tmp_path / "config.yaml"
     config_file.write_text(TEXT)
     cache = tmp_path / "cache"
     cache.mkdir()
     probe = ("import argparse, os, sys\n"
-             "from gpu_device_plugin import cli, config\n"
+             "from gpu_device_plugin.cli import main as cli\nfrom gpu_device_plugin.config import loader\n"
              "parser = argparse.ArgumentParser(); cli.add_config_arguments(parser)\n"
              f"args = parser.parse_args(['--config-file', {str(config_file)!r}])\n"
-             "settings, _ = config.load(args, os.environ, lambda p: open(p).read())\n"
+             "settings, _ = loader.load(args, os.environ, lambda p: open(p).read())\n"
              "print(settings.device_id_strategy, 'yaml' in sys.modules)\n")
     env = {**os.environ, "PYTHONPATH": str(SRC), "CACHE_DIRECTORY": str(cache)}
 

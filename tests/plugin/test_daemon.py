@@ -126,7 +126,7 @@ def test_health_flip_reaches_the_kubelet_and_recovers(socket_dir: str, kubelet: 
 
 
 def test_no_gpus_means_no_registration_but_the_daemon_keeps_running(socket_dir: str, kubelet: KubeletDouble) -> None:
-    from gpu_device_plugin.daemon import Daemon
+    from gpu_device_plugin.session.daemon import Daemon
     from helpers import RunningDaemon, simulated_settings
 
     daemon = Daemon(simulated_settings(socket_dir), [], None, environ={})
@@ -191,19 +191,20 @@ def test_socket_loss_is_seen_when_the_config_file_shares_the_socket_directory(so
                                                                              kubelet: KubeletDouble) -> None:
     import argparse
 
-    from gpu_device_plugin import config
-    from gpu_device_plugin.daemon import Daemon
+    from gpu_device_plugin.config import loader
+    from gpu_device_plugin.config.settings import Settings
     from gpu_device_plugin.discovery.simulated import SimulatedBackend
+    from gpu_device_plugin.session.daemon import Daemon
     from helpers import RunningDaemon
 
     path = os.path.join(socket_dir, "config.yaml")
     with open(path, "w") as f:
         f.write(f"version: v1\nflags:\n  deviceDiscoveryStrategy: simulated\n  plugin:\n    simulatedGpus: 2\n"
                 f"    kubeletSocket: {socket_dir}/kubelet.sock\n")
-    namespace = argparse.Namespace(config_file=path, **{o.attr: None for o in config.OPTIONS})
+    namespace = argparse.Namespace(config_file=path, **{o.attr: None for o in loader.OPTIONS})
 
-    def load() -> config.Settings:
-        return config.load(namespace, {}, lambda p: open(p).read())[0]
+    def load() -> Settings:
+        return loader.load(namespace, {}, lambda p: open(p).read())[0]
 
     with RunningDaemon(Daemon(load(), SimulatedBackend(2).discover(), None, reload_settings=load, environ={})):
         kubelet.wait_registered()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from gpu_device_plugin.config.settings import Settings, TimeSlicing
 from gpu_device_plugin.doctor import run, runtime
 from gpu_device_plugin.doctor.config_file import evaluate_config_file
 from gpu_device_plugin.doctor.csv_files import evaluate_csv
@@ -25,7 +26,6 @@ from gpu_device_plugin.doctor.report import FAIL, PASS, SKIP, WARN, Check, exit_
 from gpu_device_plugin.doctor.run import run_checks
 from gpu_device_plugin.doctor.runtime import evaluate_containerd, evaluate_docker
 from gpu_device_plugin.model import Gpu
-from gpu_device_plugin.settings import Settings, TimeSlicing
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

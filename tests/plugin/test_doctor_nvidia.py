@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from fake_nvml import FakeGpu, FakeNvml
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.discovery import select
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.doctor.nvidia_stack import evaluate_driver, kernel_driver_version
 from gpu_device_plugin.doctor.report import FAIL, PASS, SKIP, WARN
 from gpu_device_plugin.doctor.run import run_checks
-from gpu_device_plugin.settings import Settings
 
 FIXTURE = Path(__file__).parent / "fixtures" / "x86-nvidia-580"
 UUIDS = ("GPU-6a3c9e2f-0d4b-4c1e-9a57-1b2c3d4e5f60", "GPU-7b4d0f30-1e5c-4d2f-8b68-2c3d4e5f6071")

@@ -14,14 +14,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_device_plugin import policy
 from gpu_device_plugin.api import grpc_server
+from gpu_device_plugin.config.settings import Settings, TimeSlicing
+from gpu_device_plugin.core import policy
+from gpu_device_plugin.core.state import DeviceState
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from gpu_device_plugin.model import HEALTHY, Health
-from gpu_device_plugin.server import PluginServer
-from gpu_device_plugin.servicer import DevicePluginServicer
-from gpu_device_plugin.settings import Settings, TimeSlicing
-from gpu_device_plugin.state import DeviceState
+from gpu_device_plugin.service.server import PluginServer
+from gpu_device_plugin.service.servicer import DevicePluginServicer
 from h2_peer import (
     ACK,
     DATA,

@@ -5,15 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpu_device_plugin import config
+from gpu_device_plugin.config import loader
+from gpu_device_plugin.config.settings import Settings
 
 FILES = Path(__file__).resolve().parents[2] / "meta-gpu-k8s" / "recipes-plugin" / "gpu-device-plugin" / "files"
 
 
-def settings_for(relative: str) -> config.Settings:
-    parsed = config.parse_file((FILES / relative).read_text(), source=relative)
+def settings_for(relative: str) -> Settings:
+    parsed = loader.parse_file((FILES / relative).read_text(), source=relative)
     assert parsed.warnings == (), f"{relative} has fields the plugin ignores: {parsed.warnings}"
-    return config.build({}, {}, parsed)
+    return loader.build({}, {}, parsed)
 
 
 @pytest.mark.parametrize(("relative", "strategy"), [

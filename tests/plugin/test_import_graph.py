@@ -84,14 +84,14 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_graph_sees_relative_and_function_level_imports() -> None:
     edges = graph()
-    assert "gpu_device_plugin.settings" in edges["gpu_device_plugin.cdi"]
+    assert "gpu_device_plugin.config.settings" in edges["gpu_device_plugin.cdi.spec"]
     assert "gpu_device_plugin.discovery.nvml" in edges["gpu_device_plugin.discovery.select"]  # lazy import
 
 
 def test_discovery_and_health_share_one_nvml_helper_module() -> None:
     edges = graph()
     for user in ("gpu_device_plugin.discovery.nvml", "gpu_device_plugin.health.nvml"):
-        assert "gpu_device_plugin.nvml_lib" in edges[user]
+        assert "gpu_device_plugin.discovery.nvml_lib" in edges[user]
     assert "gpu_device_plugin.discovery.nvml" not in edges["gpu_device_plugin.health.nvml"]
 
 
@@ -107,7 +107,7 @@ def test_telemetry_collectors_know_their_hardware_and_nothing_of_prometheus_or_k
     edges = graph()
     outside_a_collector = {f"{METRICS}.{name}" for name in ("exposition", "attribution", "podresources",
                                                              "telemetry", "table")}
-    outside_a_collector |= {"gpu_device_plugin.observability", "gpu_device_plugin.api.podresources"}
+    outside_a_collector |= {"gpu_device_plugin.observability.endpoint", "gpu_device_plugin.api.podresources"}
     for collector in (f"{METRICS}.nvml", f"{METRICS}.tegra"):
         assert f"{METRICS}.collector" in edges[collector]
         assert not edges[collector] & outside_a_collector, edges[collector] & outside_a_collector
@@ -122,7 +122,7 @@ def test_the_plugin_reads_podresources_with_its_own_wire_code_and_client() -> No
     assert "gpu_device_plugin.api.pb" not in edges[f"{METRICS}.podresources"]  # pb needs protobuf
 
 
-def test_only_the_daemon_and_the_cli_reach_into_telemetry() -> None:
+def test_only_the_supervision_and_the_cli_reach_into_telemetry() -> None:
     users = {name for name, imported in graph().items() if not name.startswith(METRICS)
              and any(m.startswith(METRICS) for m in imported)}
-    assert users == {"gpu_device_plugin.daemon", "gpu_device_plugin.cli"}
+    assert users == {"gpu_device_plugin.session.supervision", "gpu_device_plugin.cli.main"}

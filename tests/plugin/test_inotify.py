@@ -9,8 +9,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from gpu_device_plugin import inotify
-from gpu_device_plugin.inotify import Event, Inotify, parse_events
+from gpu_device_plugin.host import inotify
+from gpu_device_plugin.host.inotify import Event, Inotify, parse_events
 
 
 def _wait_events(watcher: Inotify, timeout: float = 2.0) -> list[Event]:

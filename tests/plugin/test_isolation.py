@@ -15,14 +15,16 @@ from typing import Any
 import pytest
 import toolkit_model as tm
 from fake_nvml import FakeGpu, FakeNvml
-from gpu_device_plugin import config, policy, toolkit_cdi, toolkit_config
-from gpu_device_plugin.daemon import Daemon
+from gpu_device_plugin.cdi import toolkit_config, toolkit_spec
+from gpu_device_plugin.config import loader
+from gpu_device_plugin.config.settings import Settings, TimeSlicing
+from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.discovery.tegra import TegraBackend
 from gpu_device_plugin.doctor.report import FAIL, PASS, WARN
 from gpu_device_plugin.doctor.runtime import evaluate_isolation
 from gpu_device_plugin.model import Gpu
-from gpu_device_plugin.settings import Settings
+from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon
 from kubelet_double import KubeletDouble
 
@@ -42,8 +44,8 @@ OLD_X86_CONFIG = '[nvidia-container-runtime]\nmode = "cdi"\n'
 
 
 def plugin_settings(relative: str, **overrides: Any) -> Settings:
-    parsed = config.parse_file((PLUGIN_FILES / relative).read_text(), source=relative)
-    return config.build({}, {}, parsed)._replace(**overrides)
+    parsed = loader.parse_file((PLUGIN_FILES / relative).read_text(), source=relative)
+    return loader.build({}, {}, parsed)._replace(**overrides)
 
 
 def x86_gpus() -> list[Gpu]:
@@ -195,7 +197,7 @@ def test_a_pod_that_requests_a_gpu_gets_exactly_its_own() -> None:
 
 def test_time_sliced_replicas_go_to_their_own_physical_gpu() -> None:
     runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
-    settings = plugin_settings("gpu-device-plugin.yaml")._replace(time_slicing=config.TimeSlicing(replicas=2))
+    settings = plugin_settings("gpu-device-plugin.yaml")._replace(time_slicing=TimeSlicing(replicas=2))
     gpus = x86_gpus()
     allocation = allocate(gpus, settings, [f"{UUIDS[1]}::1"])
     assert gets(tm.container(tm.CUDA_IMAGE_ENV, allocation=allocation), runtime, gpus) == {UUIDS[1]}
@@ -271,7 +273,7 @@ def fallback_for(tmp_path: Path, runtime_text: str | None) -> tuple[str, str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(runtime_text)
     settings = Settings(device_list_strategy=("cdi-cri",), host_root=str(tmp_path))
-    return toolkit_cdi.fallback(settings, [UUIDS[0]])
+    return toolkit_spec.fallback(settings, [UUIDS[0]])
 
 
 def test_an_unnamed_gpu_falls_back_to_what_the_runtime_resolves_without_a_spec(tmp_path: Path) -> None:
@@ -292,10 +294,10 @@ def test_an_unnamed_gpu_falls_back_to_what_the_runtime_resolves_without_a_spec(t
 def test_the_fallback_message_says_what_the_configured_mode_does() -> None:
     gpu = x86_gpus()[0]
     auto = toolkit_config.unnamed_gpu_handover(toolkit_config.from_text(X86_RUNTIME_CONFIG.read_text()))
-    message = toolkit_cdi.fallback_message(gpu, "no spec", auto)
+    message = toolkit_spec.fallback_message(gpu, "no spec", auto)
     assert "volume-mounts hand-over" in message and "NVIDIA_VISIBLE_DEVICES" not in message
     cdi = toolkit_config.unnamed_gpu_handover(toolkit_config.from_text('[nvidia-container-runtime]\nmode = "cdi"\n'))
-    assert "refused at admission" in toolkit_cdi.fallback_message(gpu, "no spec", cdi)
+    assert "refused at admission" in toolkit_spec.fallback_message(gpu, "no spec", cdi)
 
 
 @pytest.mark.parametrize(("runtime_text", "strategies", "status", "words"), [

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from gpu_device_plugin import cli
+from gpu_device_plugin.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[2]
 LAYER = REPO / "meta-gpu-k8s"

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from gpu_device_plugin.metrics import fields
-from gpu_device_plugin.observability import render_metrics
+from gpu_device_plugin.observability.endpoint import render_metrics
 from test_observability import SERVING
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "gpu-k8s-fleet.json"

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from fake_nvml import FakeNvml, make_gpus
-from gpu_device_plugin import cli
-from gpu_device_plugin.daemon import Daemon
+from gpu_device_plugin.cli import main as cli
+from gpu_device_plugin.config.settings import Settings, TimeSlicing
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from gpu_device_plugin.health.nvml import NvmlHealthMonitor
 from gpu_device_plugin.health.tegra import TegraHealthMonitor
-from gpu_device_plugin.settings import Settings, TimeSlicing
+from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, short_tempdir, wait_until
 from podresources_double import Container, Pod, PodResourcesDouble
 from telemetry_trees import NANO, ORIN, THOR, jetson_gpu

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from gpu_device_plugin import cli
+from gpu_device_plugin.cli import main as cli
+from gpu_device_plugin.cli.node_labels import drop_in, family, gpu_labels, label_value
 from gpu_device_plugin.model import Gpu
-from gpu_device_plugin.node_labels import drop_in, family, gpu_labels, label_value
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -7,7 +7,7 @@ import socket
 import urllib.error
 import urllib.request
 
-from gpu_device_plugin.observability import (
+from gpu_device_plugin.observability.endpoint import (
     Status,
     StatusServer,
     health_status,

@@ -13,15 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpu_device_plugin import cdi, policy, toolkit_cdi
+from gpu_device_plugin.cdi import spec as cdi
+from gpu_device_plugin.cdi import toolkit_spec
+from gpu_device_plugin.cli.node_labels import gpu_labels
+from gpu_device_plugin.config.settings import Settings
+from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery.tegra import TegraBackend
 from gpu_device_plugin.doctor.nvidia_stack import evaluate_jetson_toolkit
 from gpu_device_plugin.doctor.report import FAIL, PASS, SKIP, WARN
 from gpu_device_plugin.doctor.run import run_checks
 from gpu_device_plugin.health.tegra import TegraHealthMonitor, classify_kmsg_line
 from gpu_device_plugin.model import Gpu
-from gpu_device_plugin.node_labels import gpu_labels
-from gpu_device_plugin.settings import Settings
 from helpers import Reports
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -114,7 +116,7 @@ def test_power_mode_follows_the_status_file_and_names_unknown_modes(tmp_path: Pa
 def allocate(root: Path, gpu: Gpu) -> list[str]:
     settings = Settings(device_list_strategy=("cdi-cri",), host_root=str(root))
     devices = {d.id: d for d in policy.advertised_devices([gpu], settings)}
-    namer = toolkit_cdi.ToolkitSpecs(str(root)).namer(settings.device_id_strategy)
+    namer = toolkit_spec.ToolkitSpecs(str(root)).namer(settings.device_id_strategy)
     return policy.allocate([gpu.id], devices, settings, toolkit_name=namer).cdi_devices
 
 
@@ -271,7 +273,7 @@ def test_dangling_config_link_is_found_on_the_node(tmp_path: Path) -> None:
 
 def test_a_jetson_served_by_the_plugins_own_spec_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO):
-        toolkit_cdi.report([discover(NANO)], Settings(device_list_strategy=("cdi-cri",), host_root=str(NANO)))
-    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name.endswith("toolkit_cdi")]
+        toolkit_spec.report([discover(NANO)], Settings(device_list_strategy=("cdi-cri",), host_root=str(NANO)))
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == toolkit_spec.__name__]
     assert lines and all(level == logging.INFO for level, _ in lines)
     assert "its containers get the plugin's own spec" in lines[0][1]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from gpu_device_plugin import policy
-from gpu_device_plugin.config import Settings, TimeSlicing
+from gpu_device_plugin.config.settings import Settings, TimeSlicing
+from gpu_device_plugin.core import policy
 from gpu_device_plugin.model import Gpu, Health
 
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from gpu_device_plugin import config
-from gpu_device_plugin.daemon import Daemon
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
+from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, wait_until
 from kubelet_double import KubeletDouble
 
@@ -45,7 +45,7 @@ def sink(socket_dir: str) -> Iterator[NotifySink]:
 
 
 def one_gpu_daemon(socket_dir: str, environ: dict[str, str]) -> Daemon:
-    settings = config.Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="simulated",
+    settings = Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="simulated",
                                simulated_gpus=1)
     return Daemon(settings, SimulatedBackend(1).discover(), None, environ=environ)
 
@@ -85,7 +85,7 @@ def test_a_refused_registration_is_in_the_status_with_its_retry(socket_dir: str,
 
 
 def test_healthz_names_what_the_plugin_waits_for(socket_dir: str) -> None:
-    from gpu_device_plugin.observability import health_status
+    from gpu_device_plugin.observability.endpoint import health_status
 
     daemon = one_gpu_daemon(socket_dir, {})
     waiting = f"serving; waiting for the kubelet at {socket_dir}/kubelet.sock"

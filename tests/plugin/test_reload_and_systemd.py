@@ -8,9 +8,10 @@ import socket
 import time
 from pathlib import Path
 
-from gpu_device_plugin import config
-from gpu_device_plugin.daemon import Daemon
+from gpu_device_plugin.config import loader
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
+from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, wait_until
 from kubelet_double import KubeletDouble
 
@@ -36,10 +37,10 @@ def write_config(path: Path, socket_dir: str, replicas: int, rename: str = "fals
 
 
 def daemon_from_file(path: Path) -> Daemon:
-    namespace = argparse.Namespace(config_file=str(path), **{o.attr: None for o in config.OPTIONS})
+    namespace = argparse.Namespace(config_file=str(path), **{o.attr: None for o in loader.OPTIONS})
 
-    def reload() -> config.Settings:
-        return config.load(namespace, {}, lambda p: Path(p).read_text())[0]
+    def reload() -> Settings:
+        return loader.load(namespace, {}, lambda p: Path(p).read_text())[0]
 
     settings = reload()
     return Daemon(settings, SimulatedBackend(2).discover(), None, reload_settings=reload, environ={})
@@ -80,7 +81,7 @@ def test_renamed_resource_registers_under_its_new_name(socket_dir: str, kubelet:
 def test_watchdog_self_check_fails_when_our_grpc_server_is_wedged(socket_dir: str, monkeypatch) -> None:
     import threading
 
-    from gpu_device_plugin.servicer import DevicePluginServicer
+    from gpu_device_plugin.service.servicer import DevicePluginServicer
 
     wedge = threading.Event()
     original = DevicePluginServicer.GetDevicePluginOptions
@@ -91,7 +92,7 @@ def test_watchdog_self_check_fails_when_our_grpc_server_is_wedged(socket_dir: st
         return original(self, request, context)
 
     monkeypatch.setattr(DevicePluginServicer, "GetDevicePluginOptions", maybe_wedged)
-    settings = config.Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="simulated",
+    settings = Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="simulated",
                                simulated_gpus=1)
     daemon = Daemon(settings, SimulatedBackend(1).discover(), None, environ={})
     daemon.self_probe_timeout = 0.3
@@ -175,7 +176,7 @@ def test_gpu_less_node_reports_ready_so_boot_is_not_held_up(socket_dir: str) -> 
     sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sink.bind(f"{socket_dir}/systemd/notify")
     sink.settimeout(3)
-    settings = config.Settings(kubelet_socket=f"{socket_dir}/kubelet.sock")
+    settings = Settings(kubelet_socket=f"{socket_dir}/kubelet.sock")
     try:
         with RunningDaemon(Daemon(settings, [], None, environ={"NOTIFY_SOCKET": f"{socket_dir}/systemd/notify"})):
             message = sink.recv(256).decode()

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from gpu_device_plugin import logs
 from gpu_device_plugin.api import pb, rpc
-from gpu_device_plugin.logs import REQUESTS, RequestNoise
+from gpu_device_plugin.observability import logs
+from gpu_device_plugin.observability.logs import REQUESTS, RequestNoise
 from helpers import run_simulated, wait_until
 
 
@@ -65,7 +65,7 @@ def test_the_first_line_after_a_flood_says_how_many_were_left_out() -> None:
 
     kept = [noise.filter(record(f"bad {i}")) for i in range(5)]
     assert kept == [True, True, False, False, False]
-    assert noise.filter(record("other", name="gpu_device_plugin.daemon")), "only request noise is limited"
+    assert noise.filter(record("other", name="gpu_device_plugin.session.daemon")), "only request noise is limited"
     now[0] = 61
     later = record("bad again")
     assert noise.filter(later)

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-from gpu_device_plugin import inotify
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from gpu_device_plugin.health.simulated import SimulatedHealthMonitor
+from gpu_device_plugin.host import inotify
 from helpers import Reports, wait_until
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpu_device_plugin.socket_check import MAX_SOCKET_PATH_BYTES, socket_path_problem
+from gpu_device_plugin.session.socket_check import MAX_SOCKET_PATH_BYTES, socket_path_problem
 
 
 def test_a_usable_directory_has_no_problem(tmp_path: Path) -> None:

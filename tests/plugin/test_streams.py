@@ -67,7 +67,7 @@ def test_extra_streams_leave_allocate_and_the_self_probe_a_worker(socket_dir: st
 
 def test_the_stream_of_a_new_registration_replaces_streams_opened_before_it(
         socket_dir: str, kubelet: KubeletDouble, watchers: list[Watcher]) -> None:
-    from gpu_device_plugin.servicer import MAX_STREAMS
+    from gpu_device_plugin.service.servicer import MAX_STREAMS
 
     with run_simulated(socket_dir) as daemon:
         first = kubelet.wait_registered()
@@ -75,7 +75,7 @@ def test_the_stream_of_a_new_registration_replaces_streams_opened_before_it(
         watchers.extend(Watcher(daemon.socket_path) for _ in range(MAX_STREAMS))
         assert wait_until(lambda: all(w.first.is_set() or w.ended.is_set() for w in watchers), 5)
         # the kubelet's stream fills the cap with the watchers; a re-registration must still get in
-        daemon._try_register()
+        daemon.session.try_register()
         second = kubelet.wait_registered(count=2)
         assert second.wait_for(lambda d: len(d) == 2)
         assert wait_until(lambda: all(w.ended.is_set() for w in watchers), 5), "older streams were kept"

@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 from fake_nvml import FakeGpu, FakeNvml
-from gpu_device_plugin import cdi, cli, policy, toolkit_cdi
-from gpu_device_plugin.cdi_names import jetson_toolkit_name
+from gpu_device_plugin.cdi import spec as cdi
+from gpu_device_plugin.cdi import toolkit_spec
+from gpu_device_plugin.cdi.names import jetson_toolkit_name
+from gpu_device_plugin.cli import main as cli
+from gpu_device_plugin.cli.node_labels import gpu_labels
+from gpu_device_plugin.config.settings import Settings
+from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery import select
 from gpu_device_plugin.discovery.base import DiscoveryError
 from gpu_device_plugin.discovery.nvml import NvmlBackend
@@ -29,8 +34,6 @@ from gpu_device_plugin.doctor.openrm import evaluate_openrm_driver
 from gpu_device_plugin.doctor.report import FAIL, PASS, SKIP, WARN
 from gpu_device_plugin.doctor.run import run_checks
 from gpu_device_plugin.model import Gpu
-from gpu_device_plugin.node_labels import gpu_labels
-from gpu_device_plugin.settings import Settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 THOR = FIXTURES / "jetson-agx-thor-r39"  # jetson-agx-thor-devkit: T5000 (p3834-0008) on the p4071 carrier
@@ -224,7 +227,7 @@ NVML_SPEC = spec({"0": ["/dev/nvidia0"], UUID: ["/dev/nvidia0"], "all": ["/dev/n
 def allocate(root: Path, gpu: Gpu, id_strategy: str = "index") -> list[str]:
     settings = Settings(device_list_strategy=("cdi-cri",), host_root=str(root), device_id_strategy=id_strategy)
     devices = {d.id: d for d in policy.advertised_devices([gpu], settings)}
-    namer = toolkit_cdi.ToolkitSpecs(str(root)).namer(settings.device_id_strategy)
+    namer = toolkit_spec.ToolkitSpecs(str(root)).namer(settings.device_id_strategy)
     return policy.allocate([gpu.id], devices, settings, toolkit_name=namer).cdi_devices
 
 
@@ -246,7 +249,7 @@ def test_an_nvml_mode_spec_names_thor_by_uuid_and_a_stale_one_is_refused(board: 
     put_spec(board, NVML_SPEC)
     assert allocate(board, gpu, "uuid") == [f"nvidia.com/gpu={UUID}"]
     put_spec(board, NVML_SPEC.replace("595.78", "580.65.06"))
-    found = toolkit_cdi.coverage([gpu], toolkit_cdi.read_specs(str(board)), "uuid")
+    found = toolkit_spec.coverage([gpu], toolkit_spec.read_specs(str(board)), "uuid")
     assert found.names == {} and "made for driver 580.65.06, the loaded driver is 595.78" in found.problems[gpu.id]
     assert allocate(board, gpu, "uuid") == ["meta-gpu-k8s.io/gpu=0"]
 

@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 from fake_nvml import FakeGpu, FakeNvml
-from gpu_device_plugin import cdi, config, policy, toolkit_cdi
-from gpu_device_plugin.config import ConfigError, Settings
-from gpu_device_plugin.daemon import Daemon
+from gpu_device_plugin.cdi import spec as cdi
+from gpu_device_plugin.cdi import toolkit_spec
+from gpu_device_plugin.config import loader
+from gpu_device_plugin.config.settings import ConfigError, Settings
+from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.model import Gpu
+from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, simulated_settings
 from kubelet_double import KubeletDouble
 
@@ -43,12 +46,12 @@ def host_with_spec(tmp_path: Path, spec_dir: str = "var/run/cdi") -> Path:
 def allocate(gpus: list[Gpu], root: Path, ids: list[str], **overrides: object) -> policy.ContainerAllocation:
     settings = Settings(device_list_strategy=("cdi-cri",), host_root=str(root))._replace(**overrides)  # type: ignore[arg-type]
     devices = {d.id: d for d in policy.advertised_devices(gpus, settings)}
-    namer = toolkit_cdi.ToolkitSpecs(str(root)).namer(settings.device_id_strategy)
+    namer = toolkit_spec.ToolkitSpecs(str(root)).namer(settings.device_id_strategy)
     return policy.allocate(ids, devices, settings, toolkit_name=namer)
 
 
 def test_the_toolkit_spec_fixture_reads_as_nvidia_ctk_writes_it() -> None:
-    spec = toolkit_cdi.parse_spec(SPEC.read_text(), str(SPEC))
+    spec = toolkit_spec.parse_spec(SPEC.read_text(), str(SPEC))
     assert spec.kind == "nvidia.com/gpu"
     assert set(spec.devices) == {"0", "1", UUID0, UUID1, "all"}
     assert spec.devices[UUID1] == ("/dev/nvidia1",)
@@ -81,7 +84,7 @@ def test_no_spec_falls_back_to_envvar_and_says_why_once(tmp_path: Path, caplog: 
     gpus = discover(tmp_path)
     settings = Settings(device_list_strategy=("cdi-cri",), host_root=str(tmp_path))
     devices = {d.id: d for d in policy.advertised_devices(gpus, settings)}
-    toolkit = toolkit_cdi.ToolkitSpecs(str(tmp_path))
+    toolkit = toolkit_spec.ToolkitSpecs(str(tmp_path))
     with caplog.at_level(logging.ERROR):
         for _ in range(3):
             result = policy.allocate([UUID0], devices, settings, toolkit_name=toolkit.namer("uuid"))
@@ -93,7 +96,7 @@ def test_no_spec_falls_back_to_envvar_and_says_why_once(tmp_path: Path, caplog: 
 
 def test_a_spec_made_for_another_driver_is_stale(tmp_path: Path) -> None:
     gpus = discover(FIXTURE, nvml(driver="580.119.02"))
-    name, problem = toolkit_cdi.match_gpu(gpus[0], toolkit_cdi.read_specs(str(FIXTURE)), "uuid")
+    name, problem = toolkit_spec.match_gpu(gpus[0], toolkit_spec.read_specs(str(FIXTURE)), "uuid")
     assert name == ""
     assert "made for driver 580.105.08, the loaded driver is 580.119.02" in problem
     assert allocate(gpus, FIXTURE, [UUID0]).envs == {"NVIDIA_VISIBLE_DEVICES": UUID0}
@@ -101,7 +104,7 @@ def test_a_spec_made_for_another_driver_is_stale(tmp_path: Path) -> None:
 
 def test_a_spec_whose_device_nodes_moved_is_stale() -> None:
     gpus = discover(FIXTURE, nvml(minors=(1, 0)))  # the GPUs swapped places since the spec was made
-    _, problem = toolkit_cdi.match_gpu(gpus[0], toolkit_cdi.read_specs(str(FIXTURE)), "uuid")
+    _, problem = toolkit_spec.match_gpu(gpus[0], toolkit_spec.read_specs(str(FIXTURE)), "uuid")
     assert "gives GPU-6a3c" in problem and "NVML says this GPU is /dev/nvidia1" in problem
 
 
@@ -110,7 +113,7 @@ def test_a_gpu_the_spec_does_not_name_falls_back(tmp_path: Path) -> None:
     text = (root / "var/run/cdi/nvidia.yaml").read_text().replace(UUID1, "GPU-00000000-dead-beef-0000-000000000000")
     (root / "var/run/cdi/nvidia.yaml").write_text(text.replace('name: "1"', 'name: "7"'))
     gpus = discover(root)
-    coverage = toolkit_cdi.coverage(gpus, toolkit_cdi.read_specs(str(root)), "uuid")
+    coverage = toolkit_spec.coverage(gpus, toolkit_spec.read_specs(str(root)), "uuid")
     assert coverage.names == {UUID0: f"nvidia.com/gpu={UUID0}"}
     assert "names neither " + UUID1 in coverage.problems[UUID1]
     # a container asking for both GPUs goes envvar whole: half CDI, half envvar would lose one
@@ -119,7 +122,7 @@ def test_a_gpu_the_spec_does_not_name_falls_back(tmp_path: Path) -> None:
 
 def test_a_spec_written_after_start_is_used_from_the_next_allocate(tmp_path: Path) -> None:
     gpus = discover(tmp_path)
-    toolkit = toolkit_cdi.ToolkitSpecs(str(tmp_path))
+    toolkit = toolkit_spec.ToolkitSpecs(str(tmp_path))
     assert toolkit.namer("uuid")(gpus[0]) is None
     host_with_spec(tmp_path)  # the boot unit ran nvidia-ctk cdi generate after the driver loaded
     assert toolkit.namer("uuid")(gpus[0]) == f"nvidia.com/gpu={UUID0}"
@@ -130,7 +133,7 @@ def test_broken_and_foreign_spec_files_are_skipped_with_a_warning(tmp_path: Path
     (root / "var/run/cdi/broken.yaml").write_text("kind: nvidia.com/gpu\ndevices: [\n")
     (root / "var/run/cdi/other.json").write_text('{"cdiVersion": "0.5.0", "kind": "example.com/fpga", "devices": []}')
     warnings: list[str] = []
-    specs = toolkit_cdi.read_specs(str(root), warn=warnings.append)
+    specs = toolkit_spec.read_specs(str(root), warn=warnings.append)
     assert [os.path.basename(s.path) for s in specs] == ["nvidia.yaml"]
     assert len(warnings) == 1 and "broken.yaml is not valid YAML/JSON" in warnings[0]
 
@@ -146,10 +149,10 @@ def test_the_plugin_writes_no_spec_of_its_own_for_nvml_gpus(tmp_path: Path) -> N
 
 
 def test_nvml_with_cdi_is_accepted_and_our_kind_may_not_be_the_toolkits() -> None:
-    settings = config.build({"device_discovery_strategy": "nvml", "device_list_strategy": ("cdi-cri",)}, {}, None)
+    settings = loader.build({"device_discovery_strategy": "nvml", "device_list_strategy": ("cdi-cri",)}, {}, None)
     assert settings.device_list_strategy == ("cdi-cri",)
     with pytest.raises(ConfigError, match=r"^--cdi-kind nvidia.com/gpu is the NVIDIA Container Toolkit's own kind"):
-        config.build({"device_discovery_strategy": "tegra", "device_list_strategy": ("cdi-cri",),
+        loader.build({"device_discovery_strategy": "tegra", "device_list_strategy": ("cdi-cri",),
                       "cdi_kind": "nvidia.com/gpu"}, {}, None)
 
 
@@ -168,7 +171,7 @@ def test_the_daemon_hands_the_kubelet_toolkit_names(socket_dir: str, kubelet: Ku
 def test_a_spec_rewritten_in_place_is_read_again(tmp_path: Path) -> None:
     root = host_with_spec(tmp_path)
     gpus = discover(root)
-    toolkit = toolkit_cdi.ToolkitSpecs(str(root))
+    toolkit = toolkit_spec.ToolkitSpecs(str(root))
     assert toolkit.namer("uuid")(gpus[1]) == f"nvidia.com/gpu={UUID1}"
     spec = root / "var/run/cdi/nvidia.yaml"
     # same file, same directory entry: GPU 1 is no longer in it, by UUID or by index

@@ -11,8 +11,8 @@ import os
 from typing import Any
 
 from ..model import Gpu
-from ..nvml_lib import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from .base import DiscoveryError, Probe
+from .nvml_lib import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 
 log = logging.getLogger(__name__)
 

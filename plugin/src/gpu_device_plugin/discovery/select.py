@@ -2,7 +2,7 @@
 
 from typing import NamedTuple
 
-from ..settings import Settings
+from ..config.settings import Settings
 from .base import Backend, Probe
 from .simulated import SimulatedBackend
 from .tegra import TegraBackend

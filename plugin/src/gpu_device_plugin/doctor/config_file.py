@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import config
-from ..settings import ConfigError, Settings
+from ..config import loader
+from ..config.settings import ConfigError, Settings
 from .report import FAIL, PASS, SKIP, WARN, Check
 
 
@@ -16,12 +16,12 @@ def evaluate_config_file(path: str, text: str | None, read_error: str = "") -> C
         return Check(name, FAIL, f"cannot read {path}: {why}",
                      "fix the path given with --config-file / CONFIG_FILE, or create the file")
     try:
-        parsed = config.parse_file(text, source=path)
+        parsed = loader.parse_file(text, source=path)
     except ConfigError as exc:
         return Check(name, FAIL, str(exc),
                      f"correct the field named in {path}; a running plugin keeps its last good configuration "
                      "until then, a restarted one will not start")
-    fields = [".".join(o.file_path) for o in config.OPTIONS if o.attr in parsed.values]
+    fields = [".".join(o.file_path) for o in loader.OPTIONS if o.attr in parsed.values]
     if parsed.time_slicing is not None:
         fields.append(f"sharing.timeSlicing (replicas {parsed.time_slicing.replicas})")
     sets = f"sets {', '.join(fields)}" if fields else "sets nothing (defaults apply)"

@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from ..settings import Settings
+from ..config.settings import Settings
 from .host import host_path, read_text, short_list
 from .report import FAIL, PASS, SKIP, WARN, Check
 

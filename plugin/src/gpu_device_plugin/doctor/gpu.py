@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .. import policy
+from ..config.settings import DEFAULT_RESOURCE, Settings
+from ..core import policy
 from ..discovery.base import DiscoveryError
 from ..discovery.select import choose
 from ..discovery.tegra import OPENRM
 from ..health.tegra import check_device_node
 from ..model import Gpu
-from ..settings import DEFAULT_RESOURCE, Settings
 from .host import host_path, short_list
 from .report import FAIL, PASS, SKIP, WARN, Check
 

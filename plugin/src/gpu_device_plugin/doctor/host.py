@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..settings import Settings
+from ..config.settings import Settings
 
 
 def host_path(settings: Settings, path: str) -> str:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..settings import Settings
+from ..config.settings import Settings
 from .host import host_path, read_text, truthy
 from .report import FAIL, PASS, SKIP, WARN, Check
 

@@ -10,9 +10,9 @@ import os
 import re
 from collections.abc import Sequence
 
-from .. import toolkit_cdi
+from ..cdi import toolkit_spec
+from ..config.settings import Settings
 from ..model import Gpu
-from ..settings import Settings
 from .host import host_path, read_text, short_list
 from .report import FAIL, PASS, SKIP, WARN, Check
 
@@ -60,7 +60,7 @@ def evaluate_driver(gpu_kind: str | None, kernel: str, libraries: Sequence[str],
     return Check(name, PASS, f"kernel module and libnvidia-ml are both {kernel}")
 
 
-def evaluate_cdi(gpu_kind: str | None, gpus: Sequence[Gpu], specs: Sequence[toolkit_cdi.ToolkitSpec],
+def evaluate_cdi(gpu_kind: str | None, gpus: Sequence[Gpu], specs: Sequence[toolkit_spec.ToolkitSpec],
                  settings: Settings, driver_loaded_at: float | None, runtime_mode: str) -> Check:
     """The toolkit's spec: present, naming every GPU, made after the driver loaded."""
     name = "NVIDIA CDI spec"
@@ -72,24 +72,24 @@ def evaluate_cdi(gpu_kind: str | None, gpus: Sequence[Gpu], specs: Sequence[tool
     if not specs:
         if gpu_kind == "tegra":
             return Check(name, SKIP if not uses_cdi else WARN,
-                         f"no toolkit spec in {' or '.join(toolkit_cdi.SPEC_DIRS)}: containers get the GPU from the "
+                         f"no toolkit spec in {' or '.join(toolkit_spec.SPEC_DIRS)}: containers get the GPU from the "
                          "CSV files (nvidia runtime) or the plugin's own spec", "" if not uses_cdi else
                          "for the toolkit's CDI names on Orin run: nvidia-ctk cdi generate --mode=csv "
                          "--output=/var/run/cdi/nvidia.yaml")
         return Check(name, FAIL if uses_cdi else WARN,
-                     f"no spec of kind {toolkit_cdi.TOOLKIT_KIND} in {' or '.join(toolkit_cdi.SPEC_DIRS)} ({mode}): "
+                     f"no spec of kind {toolkit_spec.TOOLKIT_KIND} in {' or '.join(toolkit_spec.SPEC_DIRS)} ({mode}): "
                      + ("containers asking for CDI devices fail" if uses_cdi else
                         "GPU containers depend on the nvidia runtime's legacy mode"),
-                     f"run {toolkit_cdi.REGENERATE} after the driver loads (the image's CDI unit does this at boot)")
-    found = toolkit_cdi.coverage(relevant, specs, settings.device_id_strategy)
+                     f"run {toolkit_spec.REGENERATE} after the driver loads (the image's CDI unit does this at boot)")
+    found = toolkit_spec.coverage(relevant, specs, settings.device_id_strategy)
     paths = short_list(list(dict.fromkeys(s.path.removeprefix(settings.host_root.rstrip("/")) for s in specs)))
     if found.problems:
         lines = [f"GPU {g.index}: {found.problems[g.id]}" for g in relevant if g.id in found.problems]
-        return Check(name, FAIL, f"{paths}: " + "; ".join(lines), f"regenerate it: {toolkit_cdi.REGENERATE}")
+        return Check(name, FAIL, f"{paths}: " + "; ".join(lines), f"regenerate it: {toolkit_spec.REGENERATE}")
     newest = max(s.mtime for s in specs)
     if gpu_kind == "nvml" and driver_loaded_at is not None and newest < driver_loaded_at:
         return Check(name, WARN, f"{paths} is older than the loaded driver: made for an earlier boot or driver",
-                     f"regenerate it: {toolkit_cdi.REGENERATE}")
+                     f"regenerate it: {toolkit_spec.REGENERATE}")
     names = ", ".join(found.names[g.id] for g in relevant)
     return Check(name, PASS, f"{paths} names every GPU ({names}); {mode}")
 
@@ -109,7 +109,7 @@ def check_cdi(settings: Settings, gpu_kind: str | None, gpus: Sequence[Gpu]) -> 
         loaded_at: float | None = os.stat(host_path(settings, MODULE_DIR)).st_mtime
     except OSError:
         loaded_at = None
-    specs = toolkit_cdi.read_specs(settings.host_root, skip=(toolkit_cdi.own_spec(settings),), warn=lambda _: None)
+    specs = toolkit_spec.read_specs(settings.host_root, skip=(toolkit_spec.own_spec(settings),), warn=lambda _: None)
     mode = runtime_mode(read_text(host_path(settings, RUNTIME_CONFIG)))
     return evaluate_cdi(gpu_kind, gpus, specs, settings, loaded_at, mode)
 
@@ -154,14 +154,14 @@ def evaluate_jetson_toolkit(gpu_kind: str | None, l4t: str, config: str | None, 
 
 
 def check_jetson_toolkit(settings: Settings, gpu_kind: str | None, gpus: Sequence[Gpu]) -> Check:
-    from ..cdi import read_alt_roots
+    from ..cdi.spec import read_alt_roots
 
     path = host_path(settings, RUNTIME_CONFIG)
     dangling = os.path.islink(path) and not os.path.exists(path)
     l4t = next((g.properties.get("l4t", "") for g in gpus if g.backend == "tegra"), "")
     roots = read_alt_roots(settings.host_root)
     missing = [r for r in roots if not os.path.isdir(host_path(settings, r))]
-    has_spec = bool(toolkit_cdi.read_specs(settings.host_root, skip=(toolkit_cdi.own_spec(settings),),
+    has_spec = bool(toolkit_spec.read_specs(settings.host_root, skip=(toolkit_spec.own_spec(settings),),
                                            warn=lambda _: None))
     chip = next((g.properties.get("chip", "") for g in gpus if g.backend == "tegra"), "")
     return evaluate_jetson_toolkit(gpu_kind, l4t, read_text(path), dangling, missing, has_spec, chip)

@@ -13,8 +13,8 @@ import glob
 import os
 from collections.abc import Sequence
 
+from ..config.settings import Settings
 from ..discovery.tegra import PROC_DRIVER_VERSION, driver_version
-from ..settings import Settings
 from .host import host_path, read_text, short_list
 from .report import FAIL, PASS, WARN, Check
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .. import policy
+from ..config.settings import Settings
+from ..core import policy
 from ..discovery.tegra import OPENRM
-from ..settings import Settings
 from .config_file import config_file_check
 from .csv_files import OPENRM_CSV_NODES, evaluate_csv, read_csv_files
 from .gpu import Discovered, device_node_problems, discover, evaluate_device_nodes, evaluate_discovery

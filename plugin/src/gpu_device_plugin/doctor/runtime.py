@@ -8,8 +8,8 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-from .. import toolkit_config
-from ..settings import Settings
+from ..cdi import toolkit_config
+from ..config.settings import Settings
 from .host import host_path, read_text
 from .k3s import K3S_CONTAINERD_CONFIG, K3S_CONTAINERD_TEMPLATE, K3sConfig
 from .report import FAIL, PASS, SKIP, WARN, Check

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..discovery.base import DiscoveryError
+from ..discovery.nvml_lib import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from ..model import Gpu
-from ..nvml_lib import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from .base import Report, loop_alive
 from .records import HealthRecords, LastXids
 from .rules import GOOD, Observation, XidPolicy, bad, xid_policy_from_env

@@ -12,7 +12,7 @@ import selectors
 import threading
 from collections.abc import Sequence
 
-from .. import inotify
+from ..host import inotify
 from ..model import HEALTHY, Gpu, Health
 from .base import Report
 

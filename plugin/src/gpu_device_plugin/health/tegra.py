@@ -38,8 +38,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from .. import inotify
 from ..discovery.tegra import OPENRM
+from ..host import inotify
 from ..model import Gpu
 from .base import Report, loop_alive
 from .records import HealthRecords, LastXids

@@ -10,7 +10,7 @@ would win and the others would not show). A GPU nobody holds keeps its plain ser
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from ..policy import REPLICA_SEPARATOR
+from ..core.policy import REPLICA_SEPARATOR
 
 
 class Holder(NamedTuple):

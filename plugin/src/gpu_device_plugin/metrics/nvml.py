@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..discovery.base import DiscoveryError
+from ..discovery.nvml_lib import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from ..model import Gpu
-from ..nvml_lib import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from . import fields
 from .collector import GpuLabels, GpuSample, XidSource, no_xids
 

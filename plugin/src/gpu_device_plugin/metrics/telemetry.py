@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, NamedTuple
 
+from ..config.settings import DEFAULT_RESOURCE, Settings
 from ..model import Gpu
-from ..settings import DEFAULT_RESOURCE, Settings
 from . import attribution, exposition
 from .collector import Collector, GpuSample, XidSource, no_xids
 

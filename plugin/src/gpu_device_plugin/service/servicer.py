@@ -7,15 +7,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import policy, toolkit_cdi
-from .api import wire
-from .api.grpc_server import CallContext
-from .api.schema import HEALTHY, UNHEALTHY
-from .api.status import StatusCode
-from .hostpath import host_path_exists
-from .logs import REQUESTS
-from .settings import Settings
-from .state import DeviceState
+from ..api import wire
+from ..api.grpc_server import CallContext
+from ..api.schema import HEALTHY, UNHEALTHY
+from ..api.status import StatusCode
+from ..cdi import toolkit_spec
+from ..config.settings import Settings
+from ..core import policy
+from ..core.state import DeviceState
+from ..host.paths import host_path_exists
+from ..observability.logs import REQUESTS
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger(REQUESTS)  # one line each, rate-limited (logs.RequestNoise)
@@ -144,9 +145,9 @@ class DevicePluginServicer:
         def node_exists(node: str) -> bool:
             return host_path_exists(root, node)
 
-        toolkit_name = toolkit_cdi.namer(settings)  # None unless a cdi-* strategy is on
+        toolkit_name = toolkit_spec.namer(settings)  # None unless a cdi-* strategy is on
         allocations = [policy.allocate(c.devices_ids, devices, settings, node_exists, toolkit_name,
-                                       toolkit_cdi.fallback(settings, c.devices_ids) if toolkit_name
+                                       toolkit_spec.fallback(settings, c.devices_ids) if toolkit_name
                                        else ("envvar", ""))
                        for c in request.container_requests]
         response = wire.AllocateResponse()

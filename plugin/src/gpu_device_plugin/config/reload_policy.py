@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .config import backend_conflict
+from .loader import backend_conflict
 from .settings import Settings
 
 # Changing these needs a restart; a reload keeps the running values and says so.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
-from .model import HEALTHY, Health
+from ..model import HEALTHY, Health
 from .policy import AdvertisedDevice, device_states
 
 

@@ -1,6 +1,6 @@
 """What the plugin runs with: plain values, no parsing (the policy core imports only this).
 
-`config` turns flags, environment and the YAML file into these; `cli` owns argparse.
+`loader` turns flags, environment and the YAML file into these; `cli.main` owns argparse.
 """
 
 from typing import NamedTuple

@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from . import inotify
+from ..host import inotify
 
 log = logging.getLogger(__name__)
 

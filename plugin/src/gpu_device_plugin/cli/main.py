@@ -5,19 +5,20 @@ drop-in labelling the node with its GPU), `version`."""
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__, config, logs, policy
-from .discovery.base import DiscoveryError
-from .discovery.select import choose
-from .health.base import HealthMonitor
-from .model import Gpu
-from .settings import ConfigError, Settings
+from .. import __version__
+from ..config import loader
+from ..config.settings import ConfigError, Settings
+from ..core import policy
+from ..discovery.base import DiscoveryError
+from ..discovery.select import choose
+from ..model import Gpu
+from ..observability import logs
 
 log = logging.getLogger("gpu_device_plugin")
 
@@ -35,7 +36,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, default: Any = None) -
     """
     parser.add_argument("--config-file", metavar="PATH", default=default,
                         help="YAML config file (official plugin's v1 format) [env CONFIG_FILE]")
-    for option in config.OPTIONS:
+    for option in loader.OPTIONS:
         extra: dict[str, Any] = {"nargs": "?", "const": "true"} if option.is_switch else {}
         parser.add_argument(option.flag, dest=option.attr, metavar=option.metavar or None, default=default,
                             help=f"{option.help} [env {option.env}]", **extra)
@@ -85,7 +86,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def load_settings(namespace: argparse.Namespace) -> tuple[Settings, tuple[str, ...]]:
-    return config.load(namespace, os.environ, _read)
+    return loader.load(namespace, os.environ, _read)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -103,8 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # still check the node; the config-file check explains the error in context
         settings, warnings = Settings(config_file=args.config_file or os.environ.get("CONFIG_FILE", "")), ()
     if args.command == "check":
-        from .doctor.report import exit_code, format_report
-        from .doctor.run import run_checks
+        from ..doctor.report import exit_code, format_report
+        from ..doctor.run import run_checks
 
         checks = run_checks(settings)
 
@@ -122,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _to_a_reader(lambda: metrics_command(settings, prometheus=args.prometheus))
     if args.command == "node-labels":
         return node_labels_command(settings, args.output)
-    return serve(settings, args)
+    from .serve import serve  # the session is loaded only to serve
+
+    return serve(settings, lambda: load_settings(args))
 
 
 def _to_a_reader(command: Callable[[], int]) -> int:
@@ -191,9 +194,9 @@ def discover_command(settings: Settings, as_json: bool = False) -> int:
 
 def metrics_command(settings: Settings, prometheus: bool = False, nvml_module: Any = None) -> int:
     """Discover as the plugin does, read every GPU's metrics once, print them; 1 when there is no GPU."""
-    from .metrics.podresources import socket_beside
-    from .metrics.table import format_table
-    from .metrics.telemetry import Telemetry, make_collectors
+    from ..metrics.podresources import socket_beside
+    from ..metrics.table import format_table
+    from ..metrics.telemetry import Telemetry, make_collectors
 
     choice = choose(settings)
     gpus: list[Gpu] = []
@@ -248,68 +251,6 @@ def node_labels_command(settings: Settings, output: str) -> int:
         return 1
     print(f"wrote {len(labels)} labels to {output}: " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())))
     return 0
-
-
-def make_monitor(settings: Settings, backend_name: str) -> HealthMonitor | None:
-    if backend_name == "simulated":
-        if not settings.simulated_health_dir:
-            return None
-        from .health.simulated import SimulatedHealthMonitor
-
-        return SimulatedHealthMonitor(settings.simulated_health_dir)
-    if backend_name == "tegra":
-        from .health.tegra import TegraHealthMonitor
-
-        return TegraHealthMonitor(root=settings.host_root, recovery_quiet_period_s=settings.health_recovery_period)
-    if backend_name == "nvml":
-        from .health.nvml import NvmlHealthMonitor
-
-        return NvmlHealthMonitor(recovery_quiet_period_s=settings.health_recovery_period)
-    return None
-
-
-def serve(settings: Settings, args: argparse.Namespace) -> int:
-    from .daemon import Daemon
-
-    log.info("gpu-device-plugin %s starting (discovery: %s)", __version__, settings.device_discovery_strategy)
-    choice = choose(settings)
-    log.info("discovery: %s", choice.reason)
-    gpus: list[Gpu] = []
-    if choice.backend is None:
-        message = "no GPU on this node"
-    else:
-        try:
-            gpus = choice.backend.discover()
-            message = ""
-        except DiscoveryError as exc:
-            message = str(exc)
-    if not message and not policy.advertised_devices(gpus, settings):
-        message = (f"discovery found {len(gpus)} GPU(s) but none can be handed out whole "
-                   "(MIG-enabled or unreadable)" if gpus else "discovery found no GPU")
-    if message:
-        if settings.fail_on_init_error:
-            log.error("%s; exiting because --fail-on-init-error is true", message)
-            return 1
-        log.warning("%s; running with no devices (set --fail-on-init-error=true to exit instead)", message)
-    for gpu in gpus:
-        log.info("discovered GPU %d: %s (%s) nodes=%s", gpu.index, gpu.name, gpu.id,
-                 ",".join(gpu.device_nodes) or "-")
-    conflict = config.backend_conflict(settings, choice.backend.name) if gpus and choice.backend else None
-    if conflict:
-        log.error("%s", conflict)
-        return 2
-    monitor = make_monitor(settings, choice.backend.name) if gpus and choice.backend else None
-
-    def reload() -> Settings:
-        new, warnings = load_settings(args)
-        for warning in warnings:
-            log.warning("%s", warning)
-        return new
-
-    # Everything imported so far lives as long as the process: keep it out of the cyclic garbage
-    # collector, so a full collection during an Allocate walks a few objects, not ~25 000.
-    gc.freeze()
-    return Daemon(settings, gpus, monitor, reload_settings=reload).run()
 
 
 if __name__ == "__main__":

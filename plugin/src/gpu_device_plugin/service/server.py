@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import stat
 
-from .api import grpc_client, wire
-from .api.grpc_server import Method, Server
-from .api.schema import PACKAGE, SERVICES, VERSION
-from .api.status import RpcFailure
+from ..api import grpc_client, wire
+from ..api.grpc_server import Method, Server
+from ..api.schema import PACKAGE, SERVICES, VERSION
+from ..api.status import RpcFailure
 from .servicer import DevicePluginServicer, request_log
 
 

@@ -13,7 +13,7 @@ Choices, with the why:
 - Each GPU appears twice where its index and ID differ ("0" and "GPU-...") so both
   `--device-id-strategy` values resolve without rewriting the spec.
 - NVML GPUs are not written here: the NVIDIA Container Toolkit's generated spec names them
-  with the driver's libraries and hooks (toolkit_cdi). `build_spec` still describes them
+  with the driver's libraries and hooks (toolkit_spec). `build_spec` still describes them
   (`/dev/nvidiaN` per GPU, control nodes spec-wide) for tools that want the node list.
 - Tegra: the container runtime's CSV files (`dev`, `lib`, `sym`, `dir` lines) describe the
   platform, not one GPU, so they also go in the spec-wide edits; `dev` becomes a device
@@ -34,10 +34,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .cdi_names import DEVICE_NAME, split_kind
-from .hostpath import host_path_exists
-from .model import Gpu
-from .settings import Settings
+from ..config.settings import Settings
+from ..host.paths import host_path_exists
+from ..model import Gpu
+from .names import DEVICE_NAME, split_kind
 
 log = logging.getLogger(__name__)
 
@@ -407,7 +407,7 @@ def cdi_enabled(settings: Settings) -> bool:
 def sync_spec(gpus: Sequence[Gpu], settings: Settings, warn: Warn | None = None) -> str | None:
     """Make the spec on disk match `gpus` and `settings`: written when a cdi-* strategy is on and
     there is a Jetson or simulated GPU to describe (returns its path), removed otherwise (returns None)."""
-    # NVML GPUs are named in the NVIDIA Container Toolkit's spec (toolkit_cdi), never in ours
+    # NVML GPUs are named in the NVIDIA Container Toolkit's spec (toolkit_spec), never in ours
     gpus = [g for g in gpus if g.backend != "nvml"]
     if not cdi_enabled(settings) or not any(not g.mig_enabled for g in gpus):
         remove_spec(settings.cdi_spec_dir, settings.cdi_kind)

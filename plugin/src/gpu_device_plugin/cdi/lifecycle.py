@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from . import cdi, toolkit_cdi
-from .model import Gpu
-from .settings import Settings
+from ..config.settings import Settings
+from ..model import Gpu
+from . import spec, toolkit_spec
 
 log = logging.getLogger(__name__)
 
@@ -26,26 +26,26 @@ class CdiSpecKeeper:
     def sync(self, settings: Settings) -> None:
         """Write the spec when a cdi-* strategy is on, remove it (left by an earlier run) when off."""
         try:
-            path = cdi.sync_spec(self._gpus, settings)
+            path = spec.sync_spec(self._gpus, settings)
         except (OSError, ValueError) as exc:
-            if cdi.cdi_enabled(settings):
+            if spec.cdi_enabled(settings):
                 log.error("CDI spec not written, containers asking for CDI devices will fail: %s", exc)
             else:
                 log.error("CDI is off but the old spec stays: %s", exc)
             return
         if path:
             log.info("CDI spec for %s written to %s", settings.cdi_kind, path)
-        if cdi.cdi_enabled(settings):
-            toolkit_cdi.report(self._gpus, settings)
+        if spec.cdi_enabled(settings):
+            toolkit_spec.report(self._gpus, settings)
 
     def switch(self, old: Settings, new: Settings) -> None:
         """Apply a configuration change: the old kind's spec goes when the kind or directory changes."""
-        if (old.cdi_kind, old.cdi_spec_dir) != (new.cdi_kind, new.cdi_spec_dir) and cdi.cdi_enabled(old):
+        if (old.cdi_kind, old.cdi_spec_dir) != (new.cdi_kind, new.cdi_spec_dir) and spec.cdi_enabled(old):
             try:
-                if cdi.remove_spec(old.cdi_spec_dir, old.cdi_kind):
+                if spec.remove_spec(old.cdi_spec_dir, old.cdi_kind):
                     log.info("CDI kind or directory changed: removed the spec for %s from %s",
                              old.cdi_kind, old.cdi_spec_dir)
             except OSError as exc:
                 log.error("%s", exc)
-        if cdi.cdi_enabled(new) or cdi.cdi_enabled(old):
+        if spec.cdi_enabled(new) or spec.cdi_enabled(old):
             self.sync(new)

@@ -21,11 +21,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from ..config.settings import Settings
+from ..model import Gpu
 from . import toolkit_config
-from .cdi import NVML_GPU_NODE, cdi_enabled, spec_path
-from .cdi_names import TOOLKIT_KIND, jetson_toolkit_name
-from .model import Gpu
-from .settings import Settings
+from .names import TOOLKIT_KIND, jetson_toolkit_name
+from .spec import NVML_GPU_NODE, cdi_enabled, spec_path
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import re
 import tempfile
 from collections.abc import Sequence
 
-from .model import Gpu
+from ..model import Gpu
 
 PREFIX = "nvidia.com/"
 MAX_LABEL_VALUE = 63

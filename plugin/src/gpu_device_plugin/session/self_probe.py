@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from .api import grpc_client
-from .api.status import RpcFailure
-from .server import method_path
+from ..api import grpc_client
+from ..api.status import RpcFailure
+from ..service.server import method_path
 
 log = logging.getLogger(__name__)
 

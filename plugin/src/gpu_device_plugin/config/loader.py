@@ -9,8 +9,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from . import config_cache
-from .cdi_names import TOOLKIT_KIND, split_kind
+from ..cdi.names import TOOLKIT_KIND, split_kind
+from . import cache
 from .settings import (
     ALLOCATION_POLICIES,
     DEFAULT_RESOURCE,
@@ -204,8 +204,8 @@ class FileConfig(NamedTuple):
 def parse_file(text: str, source: str = "config file", cache_dir: str = "") -> FileConfig:
     """Parse a v1 YAML/JSON config file. Raises ConfigError naming the field.
 
-    `cache_dir`: where the parsed document of this exact text may be kept (config_cache)."""
-    doc = config_cache.document(text, lambda t: _parse_yaml(t, source), cache_dir)
+    `cache_dir`: where the parsed document of this exact text may be kept (config.cache)."""
+    doc = cache.document(text, lambda t: _parse_yaml(t, source), cache_dir)
     if doc is None:
         raise ConfigError(f"{source} is empty: it needs at least 'version: v1' (the official plugin's format)")
     if not isinstance(doc, dict):
@@ -446,6 +446,6 @@ def load(argv_namespace: Any, environ: Mapping[str, str],
             raise ConfigError(f"config file {path}: cannot read it ({exc.strerror}); fix the path or {drop}") from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-        file_config = parse_file(text, source=f"config file {path}", cache_dir=config_cache.cache_dir(environ))
+        file_config = parse_file(text, source=f"config file {path}", cache_dir=cache.cache_dir(environ))
     settings = build(flags, env, file_config, config_file=path)
     return settings, (file_config.warnings if file_config else ())

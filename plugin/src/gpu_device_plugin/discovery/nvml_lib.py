@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .discovery.base import DiscoveryError
+from .base import DiscoveryError
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from .cdi_names import TOOLKIT_KIND
-from .model import HEALTHY, Gpu, Health
-from .settings import DEFAULT_RESOURCE, Settings
+from ..cdi.names import TOOLKIT_KIND
+from ..config.settings import DEFAULT_RESOURCE, Settings
+from ..model import HEALTHY, Gpu, Health
 
 REPLICA_SEPARATOR = "::"
 VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"

@@ -1,0 +1,1 @@
+"""The policy core: what is advertised, preferred and allocated, decided without I/O."""
