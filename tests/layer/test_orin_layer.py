@@ -84,8 +84,8 @@ def test_an_orin_build_without_keys_is_refused_before_kas_starts(machine, tmp_pa
 def test_role_includes_share_one_block_so_the_last_one_wins():
     agent, server = (load(KAS / f"include/{role}.yml")["local_conf_header"] for role in ("agent", "server"))
     assert set(agent) == set(server) == {"meta-gpu-k8s-role"}
-    assert agent["meta-gpu-k8s-role"].strip() == 'GPU_K8S_K3S_ROLE = "agent"'
-    assert server["meta-gpu-k8s-role"].strip() == 'GPU_K8S_K3S_ROLE = "server"'
+    assert agent["meta-gpu-k8s-role"].splitlines()[0] == 'GPU_K8S_K3S_ROLE = "agent"'
+    assert server["meta-gpu-k8s-role"].splitlines()[0] == 'GPU_K8S_K3S_ROLE = "server"'
 
 
 # ---------------------------------------------------------------- the scheme, per series
