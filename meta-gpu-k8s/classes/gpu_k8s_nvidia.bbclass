@@ -45,8 +45,10 @@ def gpu_k8s_nvidia_licence_accepted(d):
 
 # Fabric Manager (NVSwitch systems): in the image when its archive of the driver's version is
 # pinned (NVIDIA_FABRICMANAGER_SHA256 and _LICENSE_MD5 in nvidia-driver-version.inc, which the
-# packagegroup requires); its unit starts only where an NVSwitch is found, so it costs nothing
-# elsewhere. "1" without the pins stops the parse, naming them.
+# packagegroup requires), as it is for the data-centre release pinned there, so it is on by
+# default; its unit starts only where an NVSwitch is found, so it costs nothing elsewhere. "0"
+# leaves it out; "1" without the pins (a driver moved to a release without a Fabric Manager
+# archive) stops the parse, naming them.
 def gpu_k8s_nvidia_fabricmanager_pinned(d):
     return bool(d.getVar('NVIDIA_FABRICMANAGER_SHA256') and d.getVar('NVIDIA_FABRICMANAGER_LICENSE_MD5'))
 

@@ -12,6 +12,7 @@ from bbfile import parse
 from layer_paths import LAYER
 
 NVIDIA_CLASS = LAYER / "classes/gpu_k8s_nvidia.bbclass"
+VERSION_INC = LAYER / "recipes-graphics/nvidia-driver/nvidia-driver-version.inc"
 
 
 def _vercmp_string_op(a: str, b: str, op: str) -> bool:
@@ -36,7 +37,8 @@ class Data:
         defaults = {"GPU_K8S_NVIDIA_MIN_GO": own.value("GPU_K8S_NVIDIA_MIN_GO"),
                     "GPU_K8S_NVIDIA_LICENSE_FLAG": own.value("GPU_K8S_NVIDIA_LICENSE_FLAG"),
                     "TARGET_ARCH": "x86_64", "MACHINEOVERRIDES": "x86-64:genericx86-64", "GPU_K8S_NVIDIA": "1",
-                    "GPU_K8S_NVIDIA_FABRICMANAGER": "0", "NVIDIA_DRIVER_VERSION": "580.142",
+                    "GPU_K8S_NVIDIA_FABRICMANAGER": "0",
+                    "NVIDIA_DRIVER_VERSION": parse(VERSION_INC).value("NVIDIA_DRIVER_VERSION"),
                     "DISTRO_FEATURES": "systemd virtualization seccomp k3s gpu-k8s"}
         self.values = {**defaults, **values}
 

@@ -15,11 +15,10 @@ import pytest
 import yaml
 from bbfile import parse, parse_with_requires
 from layer_paths import KAS, LAYER
-from nvidia_layer import NVIDIA_CLASS, Data, class_functions
+from nvidia_layer import NVIDIA_CLASS, VERSION_INC, Data, class_functions
 
 KERNEL = LAYER / "recipes-kernel/nvidia-open-gpu-kernel-modules/nvidia-open-gpu-kernel-modules_r580.bb"
 USERSPACE = LAYER / "recipes-graphics/nvidia-driver/nvidia-driver_r580.bb"
-VERSION_INC = LAYER / "recipes-graphics/nvidia-driver/nvidia-driver-version.inc"
 TOOLKIT_DIR = LAYER / "recipes-containers/nvidia-container-toolkit"
 CDI_DIR = LAYER / "recipes-containers/gpu-k8s-nvidia-cdi"
 CDI_SCRIPT = CDI_DIR / "files/gpu-k8s-nvidia-cdi"
@@ -49,10 +48,23 @@ def test_the_version_number_is_written_nowhere_else_in_the_layer() -> None:
 def test_the_pins_are_full_hashes() -> None:
     inc = parse(VERSION_INC)
     assert re.fullmatch(r"[0-9a-f]{40}", inc.value("NVIDIA_OPEN_GPU_KERNEL_MODULES_SRCREV"))
-    assert re.fullmatch(r"[0-9a-f]{64}", inc.value("NVIDIA_DRIVER_RUN_SHA256"))
+    for name in ("NVIDIA_DRIVER_RUN_SHA256", "NVIDIA_FABRICMANAGER_SHA256"):
+        assert re.fullmatch(r"[0-9a-f]{64}", inc.value(name)), name
+    for name in ("NVIDIA_DRIVER_LICENSE_MD5", "NVIDIA_FABRICMANAGER_LICENSE_MD5"):
+        assert re.fullmatch(r"[0-9a-f]{32}", inc.value(name)), name
     assert "branch=580" in parse(KERNEL).value("SRC_URI")
     userspace = USERSPACE.read_text()
     assert 'SRC_URI[sha256sum] = "${NVIDIA_DRIVER_RUN_SHA256}"' in userspace
+    assert parse(USERSPACE).value("LIC_FILES_CHKSUM") == "file://LICENSE;md5=${NVIDIA_DRIVER_LICENSE_MD5}"
+
+
+def test_the_run_is_fetched_from_where_the_version_file_says_its_release_line_publishes_it() -> None:
+    # a data-centre release is published under .../tesla/<version>/ only, a production one
+    # under .../XFree86/...: the location travels with the version, not with the recipe
+    base = parse(VERSION_INC).value("NVIDIA_DRIVER_RUN_BASE_URI")
+    assert base.startswith("https://") and base.endswith("/${NVIDIA_DRIVER_VERSION}")
+    uri = parse(USERSPACE).words("SRC_URI")[0]
+    assert uri == "${NVIDIA_DRIVER_RUN_BASE_URI}/${NVIDIA_RUN};unpack=0"
 
 
 def test_userspace_ships_firmware_under_its_own_version_and_no_graphics_libraries() -> None:
@@ -339,17 +351,26 @@ def test_persistenced_ships_with_the_library_it_loads_and_a_unit_that_runs_only_
     assert re.search(r"^Before=.*docker\.service.*k3s\.service", unit, re.M)
 
 
-def test_fabric_manager_is_of_the_drivers_version_and_skipped_until_its_archive_is_pinned() -> None:
+def test_fabric_manager_is_of_the_drivers_version_and_skipped_when_its_archive_is_not_pinned() -> None:
     bb = parse_with_requires(FABRICMANAGER)
     assert bb.value("PV") == "${NVIDIA_DRIVER_VERSION}"
     assert 'SRC_URI[sha256sum] = "${NVIDIA_FABRICMANAGER_SHA256}"' in FABRICMANAGER.read_text()
+    assert bb.value("LIC_FILES_CHKSUM") == "file://LICENSE;md5=${NVIDIA_FABRICMANAGER_LICENSE_MD5}"
     assert bb.value("NVIDIA_FABRICMANAGER_ARCHIVE") == "fabricmanager-linux-x86_64-${PV}-archive"
     assert "/redist/fabricmanager/linux-x86_64/${NVIDIA_FABRICMANAGER_ARCHIVE}.tar.xz" in FABRICMANAGER.read_text()
     assert bb.value("LICENSE_FLAGS") == parse(USERSPACE).value("LICENSE_FLAGS")
     assert "raise bb.parse.SkipRecipe('no sha256/licence md5 pinned for Fabric Manager" in FABRICMANAGER.read_text()
+    # nv-fabricmanager links libz.so.1, and file-rdeps (which would name it) is skipped
+    assert "zlib" in bb.words("RDEPENDS", "${PN}")
+
+
+def test_the_pinned_release_carries_fabric_manager_by_default() -> None:
+    # the driver is a data-centre release with its Fabric Manager archive pinned beside it, so an
+    # x86-64 image runs CUDA on HGX/DGX (NVSwitch) boards without the builder setting anything
     inc = parse(VERSION_INC)
-    # not established for this release (docs/layer.md says where the values come from): no invented hash
-    assert inc.value("NVIDIA_FABRICMANAGER_SHA256") == "" and inc.value("NVIDIA_FABRICMANAGER_LICENSE_MD5") == ""
+    values = {name: inc.value(name) for name in ("NVIDIA_FABRICMANAGER_SHA256", "NVIDIA_FABRICMANAGER_LICENSE_MD5")}
+    assert class_functions()["gpu_k8s_nvidia_fabricmanager_pinned"](Data(**values))
+    assert "GPU_K8S_NVIDIA_FABRICMANAGER ??= " in NVIDIA_CLASS.read_text()
 
 
 def test_fabric_manager_starts_only_with_an_nvswitch_and_before_the_cdi_unit_and_k3s() -> None:
@@ -364,7 +385,7 @@ def test_fabric_manager_starts_only_with_an_nvswitch_and_before_the_cdi_unit_and
 @pytest.mark.parametrize(("sha", "md5", "knob", "default", "problem"), [
     ("", "", None, "0", ""),
     ("ab" * 32, "cd" * 16, None, "1", ""),
-    ("", "", "1", None, "Fabric Manager 580.142 is not pinned"),
+    ("", "", "1", None, f"Fabric Manager {parse(VERSION_INC).value('NVIDIA_DRIVER_VERSION')} is not pinned"),
     ("", "", "maybe", None, 'GPU_K8S_NVIDIA_FABRICMANAGER must be "0" or "1"'),
 ])
 def test_fabric_manager_is_in_the_image_exactly_when_pinned(sha: str, md5: str, knob: str | None,

@@ -8,9 +8,9 @@ is headless and they would clash with mesa. The licence is NVIDIA's, not open: b
 LICENSE_FLAGS_ACCEPTED += \"nvidia-driver\" (docs/layer.md)."
 HOMEPAGE = "https://www.nvidia.com/en-us/drivers/unix/"
 LICENSE = "NVIDIA-Proprietary"
-# The licence text shipped in the .run ("NVIDIA Driver License Agreement", v. February 25 2025;
-# md5 as read from the 580.105.08 .run, the same R580 text; do_populate_lic checks it).
-LIC_FILES_CHKSUM = "file://LICENSE;md5=92aa2e2af6aa0bcba1c3fe49da021937"
+# The licence text shipped in the .run; its md5 is pinned with the release
+# (nvidia-driver-version.inc, required below).
+LIC_FILES_CHKSUM = "file://LICENSE;md5=${NVIDIA_DRIVER_LICENSE_MD5}"
 # Not an SPDX licence: the text comes from the package itself.
 NO_GENERIC_LICENSE[NVIDIA-Proprietary] = "LICENSE"
 # Redistribution is allowed only unmodified, under NVIDIA's terms: the builder accepts them.
@@ -23,7 +23,9 @@ PV = "${NVIDIA_DRIVER_VERSION}"
 
 NVIDIA_RUN = "NVIDIA-Linux-x86_64-${PV}.run"
 # The installer is a self-extracting shell archive: fetched as is (unpack=0) and extracted below.
-SRC_URI = "https://download.nvidia.com/XFree86/Linux-x86_64/${PV}/${NVIDIA_RUN};unpack=0 \
+# Where it is published depends on the release line (data-centre or production): the version
+# file says.
+SRC_URI = "${NVIDIA_DRIVER_RUN_BASE_URI}/${NVIDIA_RUN};unpack=0 \
            file://nvidia-persistenced.service \
 "
 SRC_URI[sha256sum] = "${NVIDIA_DRIVER_RUN_SHA256}"

@@ -28,8 +28,9 @@ inherit systemd
 COMPATIBLE_HOST = "x86_64.*-linux"
 COMPATIBLE_HOST:libc-musl = "null"
 
-# No checksum pinned for this driver version: skipped with the reason (the knob that puts it
-# in the image defaults to off then, classes/gpu_k8s_nvidia.bbclass).
+# Without a checksum pinned for the driver version (a production-line release has no Fabric
+# Manager archive): skipped with the reason, and the knob that puts it in the image defaults to
+# off (classes/gpu_k8s_nvidia.bbclass).
 # nooelint: oelint.task.noanonpython - an unpinned download must be skipped with the reason, not fetched unchecked
 python () {
     if not d.getVar('NVIDIA_FABRICMANAGER_SHA256') or not d.getVar('NVIDIA_FABRICMANAGER_LICENSE_MD5'):
@@ -41,8 +42,10 @@ python () {
 do_configure[noexec] = "1"
 do_compile[noexec] = "1"
 
-# The paths fabricmanager.cfg names by default: topologies and its database in
-# /usr/share/nvidia/nvswitch (TOPOLOGY_FILE_PATH, DATABASE_PATH).
+# The archive's bin/, etc/ and share/nvidia/nvswitch/ go where the shipped fabricmanager.cfg
+# looks (TOPOLOGY_FILE_PATH=/usr/share/nvidia/nvswitch). NVIDIA's start script and unit
+# (bin/nvidia-fabricmanager-start.sh, systemd/) are left out: besides starting nv-fabricmanager
+# they only bring up NVLSM on NVLink 5 systems, which this layer does not carry.
 do_install() {
     install -d ${D}${bindir} ${D}${datadir}/nvidia/nvswitch ${D}${systemd_system_unitdir}
     install -m 0755 ${S}/bin/nv-fabricmanager ${S}/bin/nvswitch-audit ${D}${bindir}/
@@ -59,8 +62,9 @@ CONFFILES:${PN} = "${datadir}/nvidia/nvswitch/fabricmanager.cfg"
 SYSTEMD_SERVICE:${PN} = "nvidia-fabricmanager.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
 
-# It talks to the NVSwitches and GPUs through nvidia.ko of its own version.
-RDEPENDS:${PN} = "nvidia-driver-libnvidia-ml nvidia-open-gpu-kernel-modules"
+# It talks to the NVSwitches and GPUs through nvidia.ko of its own version. nv-fabricmanager
+# also links libz.so.1 (its ELF NEEDED list), named here because file-rdeps is skipped below.
+RDEPENDS:${PN} = "nvidia-driver-libnvidia-ml nvidia-open-gpu-kernel-modules zlib"
 
 # NVIDIA's binaries as shipped (the licence allows no changes).
 INHIBIT_PACKAGE_STRIP = "1"
