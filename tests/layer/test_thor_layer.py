@@ -20,7 +20,7 @@ import pytest
 import tegra_layouts as tl
 from bbfile import parse
 from k3s_layer import resolve, with_classes
-from layer_paths import LAYER
+from layer_paths import LAYER, REPO
 from test_orin_layer import NVFLASHXMLPARSE, class_assignments
 
 sys.path.insert(0, str(LAYER / "lib"))
@@ -299,3 +299,12 @@ def test_thors_kernel_gets_the_tegra_watchdog_with_the_ab_class():
     watchdog = parse(LAYER / "classes/gpu_k8s_mender_watchdog.bbclass")
     assert watchdog.words("SRC_URI", "append", "tegra264") == ["file://gpu-k8s-watchdog-tegra.cfg"]
     assert (LAYER / "dynamic-layers/mender-tegra/recipes-kernel/watchdog/files/gpu-k8s-watchdog-tegra.cfg").is_file()
+
+
+@pytest.mark.parametrize("machine", ["jetson-agx-thor", "jetson-agx-thor-t4000"])
+def test_a_thor_build_without_keys_is_refused_before_kas_starts(machine, tmp_path):
+    # the Thor kas file includes the A/B setup, and the T4000's colon-joined override keeps it
+    from tools import build, preflight
+    kas_file = preflight.kas_paths(build.MACHINES[machine].kas_file, root=REPO)
+    problem = preflight.signing_problem(kas_file, "gpu-k8s-image", {}, tmp_path / "site.conf")
+    assert "MENDER_ARTIFACT_SIGNING_KEY and MENDER_ARTIFACT_VERIFY_KEY are not set" in problem
