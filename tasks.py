@@ -195,11 +195,12 @@ def check_image(
         "method": "Nano: full (doflash.sh over USB), spi-only (QSPI firmware of SD devkits), sdcard (dosdcard.sh "
         "makes an SD image, written to --device when given). Orin: full (initrd-flash over USB: QSPI and "
         "NVMe/SD), spi-only, external-only, sdcard or external (dosdcard.sh/doexternal.sh write --device). "
-        "x86-64: leave it out (the A/B disk image goes to --device)",
+        "Thor: full (initrd-flash over USB: QSPI and NVMe), spi-only, external-only; nothing of this host is "
+        "written. x86-64: leave it out (the A/B disk image goes to --device)",
         "image": f"image recipe whose package or disk image to use (default {flash_module.NANO.default_image})",
         "build-dir": "the machine's build, as given to ./task build --build-dir (default build/MACHINE, "
         "build/MACHINE-ROLE for a --role that is not the machine's default)",
-        "package": "a tegraflash package (.tegraflash.tar.gz; Orin: .tegraflash-tar.zst) instead of the build's",
+        "package": "a tegraflash package (.tegraflash.tar.gz; Orin, Thor: .tegraflash-tar.zst) instead of the build's",
         "sd-image": "write this SD card or disk image (.sdcard, .uefiimg) to --device with bmaptool; no tegraflash",
         "device": "the whole disk to write, e.g. /dev/sdX or /dev/disk/by-id/usb-...: an SD card, the Orin's NVMe "
         "drive in a USB adapter, an x86-64 node's drive (shown with model, size and partitions first)",
@@ -240,13 +241,14 @@ def flash(
     """Flash a Jetson in USB recovery mode, or write an SD card, NVMe drive or x86-64 disk.
 
     Finds the board by its USB id in recovery mode (Nano 0955:7f21, Orin Nano 0955:7523, AGX
-    Orin 0955:7023), unpacks the tegraflash package from the build and runs meta-tegra's
-    scripts (Nano: doflash.sh / dosdcard.sh; Orin: initrd-flash / dosdcard.sh / doexternal.sh),
-    or writes an SD image or the x86-64 A/B disk image (.uefiimg) with bmaptool. Never writes
+    Orin 0955:7023, AGX Thor devkit 0955:7026, Thor T4000 0955:7226), unpacks the tegraflash
+    package from the build and runs meta-tegra's scripts (Nano: doflash.sh / dosdcard.sh; Orin:
+    initrd-flash / dosdcard.sh / doexternal.sh; Thor: initrd-flash only, the board writes its own
+    storage), or writes an SD image or the x86-64 A/B disk image (.uefiimg) with bmaptool. Never writes
     this host's own disk, a mounted or swap device, or one too small, with or without flags; a
     disk that is not removable only when you confirm it or name it with --force-device. With
     --server-url/--token-file/--role/--label the node's k3s provisioning is written onto its
-    data partition (every A/B image: Nano, Orin, x86-64), so it joins its cluster on first boot
+    data partition (every A/B image: Nano, Orin, Thor, x86-64), so it joins its cluster on first boot
     and keeps that through every update."""
     options = flash_module.FlashOptions(
         method=method,

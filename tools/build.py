@@ -21,7 +21,7 @@ ROLES = ("server", "agent")
 # never reaches a server node of the same machine, nor the reverse (docs/fleet.md).
 ROLE_INCLUDES = {"agent": "kas/include/agent.yml", "server": "kas/include/server.yml"}
 # The Mender payload each scheme writes: meta-mender's rootfs-image (x86-64, QEMU, the Nano's
-# jetpack4 layer), meta-mender-tegra's native scheme's module image on the Orin
+# jetpack4 layer), meta-mender-tegra's native scheme's module image on the Orin and Thor
 # (image_types_mender_tegra_native.bbclass: TEGRA_NATIVE_ARTIFACT_TYPE).
 ROOTFS_PAYLOAD = "rootfs-image"
 TEGRA_NATIVE_PAYLOAD = "tegra-rootfs-image"
@@ -69,6 +69,16 @@ MACHINES: dict[str, MachineTarget] = {
         "kas/jetson-orin-nano.yml:kas/include/machine-jetson-agx-orin-devkit.yml", "jetson-agx-orin-devkit",
         "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN), update_payload=TEGRA_NATIVE_PAYLOAD,
         board="Jetson AGX Orin devkit"),
+    # Jetson AGX Thor (wrynose): the devkit (T5000 module) with its rootfs on NVMe; the T4000
+    # module on the same carrier is the same kas file with a machine override (docs/layer.md,
+    # "Jetson Thor").
+    "jetson-agx-thor": MachineTarget(
+        "kas/jetson-agx-thor.yml", "jetson-agx-thor-devkit", "gpu-k8s-image", (req.JETSON, req.JETSON_THOR),
+        update_payload=TEGRA_NATIVE_PAYLOAD, board="Jetson AGX Thor devkit (T5000), rootfs on NVMe"),
+    "jetson-agx-thor-t4000": MachineTarget(
+        "kas/jetson-agx-thor.yml:kas/include/machine-jetson-agx-thor-t4000.yml", "jetson-agx-thor-t4000",
+        "gpu-k8s-image", (req.JETSON, req.JETSON_THOR), update_payload=TEGRA_NATIVE_PAYLOAD,
+        board="Jetson AGX Thor T4000 module on the devkit carrier, rootfs on NVMe"),
 }
 DEFAULT_MACHINE = "qemu"
 

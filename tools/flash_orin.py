@@ -152,7 +152,9 @@ def unpack(package: Path, workdir: Path, dry_run: bool) -> None:
     process.run(process.Command(["tar", "--zstd", "-xf", str(package), "-C", str(workdir)]), dry_run=dry_run)
 
 
-def initrd_flash(options: FlashOptions, board: usb.RecoveryBoard | None, workdir: Path) -> str:
+def initrd_flash(options: FlashOptions, board: usb.RecoveryBoard | None, workdir: Path, family: str = "Orin") -> str:
+    """meta-tegra's initrd-flash in the unpacked package, on the board's USB port; `family` names
+    the board in the summary (the Thor path, tools/flash_thor.py, shares this)."""
     argv = ["./initrd-flash", *INITRD_FLASH_ARGS[options.method]]
     if board is not None:
         # The port we checked, so a second Jetson on this host is never the one flashed.
@@ -168,8 +170,8 @@ def initrd_flash(options: FlashOptions, board: usb.RecoveryBoard | None, workdir
             "(no hub, no VM) and run again"
         ) from None
     if board is None:
-        return f"(dry run) would flash ({options.method}) the Orin in recovery mode"
-    return f"flashed ({options.method}) the {board.orin_model or 'Orin'} at USB port {board.sysfs_name}"
+        return f"(dry run) would flash ({options.method}) the {family} in recovery mode"
+    return f"flashed ({options.method}) the {board.model or family} at USB port {board.sysfs_name}"
 
 
 _ROOTFS_PARTITION = re.compile(r'<partition\b[^>]*\bname="APP(_b)?"')

@@ -1,16 +1,17 @@
 """`./task flash --machine NAME`: which path writes which machine's image.
 
-The Nano's tegraflash package (tools/flash.py), the Orin's (tools/flash_orin.py), and the
-x86-64 node's A/B disk image (.uefiimg), written to the drive that goes into the PC with
-bmaptool, after the same disk checks and with the same provisioning as an SD card. Each
-finds what `./task build --machine NAME [--role R]` made (tools/build.py)."""
+The Nano's tegraflash package (tools/flash.py), the Orin's (tools/flash_orin.py), the Thor's
+(tools/flash_thor.py: over USB only), and the x86-64 node's A/B disk image (.uefiimg), written
+to the drive that goes into the PC with bmaptool, after the same disk checks and with the same
+provisioning as an SD card. Each finds what `./task build --machine NAME [--role R]` made
+(tools/build.py)."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from tools import flash, flash_orin
+from tools import flash, flash_orin, flash_thor
 from tools.build import MACHINES
 
 # Machines whose image is a whole disk: meta-mender's A/B .uefiimg (never the plain .wic
@@ -20,12 +21,14 @@ DISK_METHODS = ("full", "disk")  # full: the task's default --method
 
 
 def kind(machine: str) -> str | None:
-    """'nano', 'orin', 'disk', or None when ./task flash cannot write the machine's image."""
+    """'nano', 'orin', 'thor', 'disk', or None when ./task flash cannot write the machine's image."""
     yocto_machine = MACHINES[machine].yocto_machine
     if yocto_machine == flash.NANO.yocto_machine:
         return "nano"
     if flash_orin.is_orin(yocto_machine):
         return "orin"
+    if flash_thor.is_thor(yocto_machine):
+        return "thor"
     return "disk" if yocto_machine in DISK_MACHINES else None
 
 
@@ -64,6 +67,8 @@ def flash_machine(machine: str, options: flash.FlashOptions) -> list[str]:
     path = kind(machine)
     if path == "orin":
         return flash_orin.run_orin_flash(options, machine)
+    if path == "thor":
+        return flash_thor.run_thor_flash(options, machine)
     if path == "disk":
         return run_disk_flash(options, machine)
     return flash.run_flash(options, machine=machine)

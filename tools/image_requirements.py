@@ -15,6 +15,7 @@ from tools.paths import REPO_ROOT
 
 JETSON = "jetson"
 JETSON_ORIN = "jetson-orin"  # with JETSON: a tegra234 (Orin) MACHINE, L4T R39.2 on wrynose
+JETSON_THOR = "jetson-thor"  # with JETSON: a tegra264 (Thor) MACHINE, L4T R39.2 on wrynose
 X86_64 = "x86-64"
 QEMU = "qemu"
 NVIDIA = "nvidia"  # the x86-64 discrete-GPU stack (GPU_K8S_NVIDIA = "1")
@@ -44,7 +45,7 @@ CUDA_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tensorrt", ("tensorrt-core", "tensorrt-plugins")),
 )
 DEFAULT_CUDA_LEVEL = "runtime"  # the Nano's (GPU_K8S_DEFAULT_CUDA in classes/gpu_k8s_platform.bbclass)
-DEFAULT_CUDA_LEVEL_R39 = "driver"  # Orin: R39's drivers.csv hands pods libcuda only; they bring the runtime
+DEFAULT_CUDA_LEVEL_R39 = "driver"  # Orin, Thor: R39's drivers.csv hands pods libcuda, not the runtime
 
 
 def cuda_packages(level: str) -> list[str]:
@@ -95,6 +96,8 @@ def machine_classes(overrides: Collection[str], target_arch: str, nvidia: bool =
         classes.append(JETSON)
     if "tegra234" in overrides:
         classes.append(JETSON_ORIN)
+    if "tegra264" in overrides:
+        classes.append(JETSON_THOR)
     if target_arch == "x86_64":
         classes.append(X86_64)
     if "qemuall" in overrides:
@@ -130,6 +133,70 @@ def _common(role: str | None = None) -> list[Requirement]:
     ]
 
 
+def _r39_container_stack() -> list[Requirement]:
+    """The container toolkit 1.19 stack of L4T R39 (Orin and Thor): CSV mode with the config its
+    unit writes at boot, pinned and made isolating by our drop-in."""
+    return [
+        Requirement(("nvidia-container-toolkit",),
+                    "nvidia-container-runtime (docker's default runtime, k3s's containerd's too), its hook, and the "
+                    "unit that writes its CSV-mode config at boot: without it no container starts on the GPU"),
+        Requirement(("libnvidia-container-tools",), "nvidia-container-cli, which the runtime's hook runs"),
+        Requirement(("tegra-configs-container-csv",),
+                    "devices.csv and drivers.csv: which device nodes and host libraries go into a GPU container"),
+        Requirement(("tegra-container-passthrough",),
+                    "the alternate root meta-tegra's config names (nvidia-ctk cdi generate --mode=csv reads it; "
+                    "the runtime's own CSV mode mounts from the rootfs)"),
+        Requirement(("gpu-k8s-nvidia-runtime-config",),
+                    "the drop-in that pins the runtime to CSV mode and makes it ignore NVIDIA_VISIBLE_DEVICES from "
+                    "unprivileged containers: without it any pod that sets the variable gets the GPU, and the mode "
+                    "follows NVML's answer (jit-cdi, the discrete-GPU mode, whenever NVML does not start)"),
+        Requirement(("nv-tegra-release",),
+                    "/etc/nv_tegra_release: the L4T release the plugin labels nodes with and the runtime checks"),
+    ]
+
+
+def _jetson_thor() -> list[Requirement]:
+    """Thor (tegra264) on meta-tegra wrynose: the Blackwell iGPU runs on NVIDIA's open kernel
+    driver (OpenRM), built out of tree by nvidia-kernel-oot as the unified GPU/display modules
+    (NVIDIA_DISPLAY_MODULE_TARGETS "nvidia-gpu-display"); its device nodes are ours to make."""
+    return [
+        Requirement(("nv-kernel-module-nvidia",),
+                    "nvidia.ko, NVIDIA's open kernel driver (OpenRM) that runs Thor's GPU, from nvidia-kernel-oot's "
+                    "unified GPU/display build: without it there is no /dev/nvidia*, no /proc/driver/nvidia, "
+                    "discovery finds no GPU and GPU pods stay Pending", module="nvidia"),
+        Requirement(("nv-kernel-module-nvidia-uvm",),
+                    "nvidia-uvm.ko (/dev/nvidia-uvm), CUDA's unified memory driver: no CUDA program starts without "
+                    "it (tegra264.inc asks for it through nvidia-kernel-oot-compute)", module="nvidia_uvm"),
+        Requirement(("nv-kernel-module-nvidia-drm",),
+                    "nvidia-drm.ko, the module meta-tegra loads at boot (nv-load-display-modules: modprobe "
+                    "nvidia_drm), which brings nvidia.ko and nvidia-modeset.ko up with it", module="nvidia_drm"),
+        Requirement(("nv-kernel-module-nvmap",),
+                    "/dev/nvmap, the Tegra memory manager L4T's NvRm libraries under libcuda allocate through "
+                    "(tegra264.inc loads it at boot; devices.csv passes it to containers)", module="nvmap"),
+        Requirement(("tegra-firmware-tegra264",),
+                    "the iGPU's firmware (/lib/firmware/nvidia/gb10b and the driver's GSP firmware in "
+                    "/lib/firmware/nvidia/595.78): nvidia.ko does not bring the GPU up without it"),
+        Requirement(("tegra-configs-display-driver",),
+                    "nv-load-display-modules and its modprobe/depmod configuration: picks the OpenRM modules, "
+                    "loads nvidia_drm at boot and writes /run/nvidia-gpu-driver-active (openrm-l4t), which the "
+                    "plugin reads to tell Thor's driver from nvgpu"),
+        Requirement(("gpu-k8s-nvidia-nodes",),
+                    "the boot unit that loads nvidia-uvm and makes /dev/nvidia<N>, /dev/nvidiactl and "
+                    "/dev/nvidia-uvm(-tools) before docker, k3s and the plugin: OpenRM makes no nodes itself, and "
+                    "CSV mode passes a container only nodes that exist, so without it CUDA in pods finds no GPU"),
+        Requirement(("tegra-configs-udev",), "udev rules that give /dev/nvmap, /dev/host1x-fence and the media "
+                    "engines' nodes the group and permissions containers need"),
+        Requirement(("tegra-libraries-cuda",),
+                    "libcuda.so.1 for the OpenRM driver (L4T's openrm variant): containers get it from the host "
+                    "(drivers.csv); no CUDA without it"),
+        Requirement(("tegra-libraries-nvml",),
+                    "libnvidia-ml.so.1 and nvidia-smi for OpenRM: drivers.csv hands them to every GPU container, "
+                    "and the toolkit asks NVML which GPUs it has"),
+        *_r39_container_stack(),
+        *_jetson_r39_updates(),
+    ]
+
+
 def _jetson_orin() -> list[Requirement]:
     """Orin (tegra234) on meta-tegra wrynose: the GPU driver is out of tree (nvidia-kernel-oot)
     and container toolkit 1.19 runs in CSV mode with the config its unit writes at boot."""
@@ -149,27 +216,14 @@ def _jetson_orin() -> list[Requirement]:
         Requirement(("tegra-libraries-cuda",),
                     "libcuda.so.1 for the nvgpu driver: containers get it from the host (CSV mode); no CUDA "
                     "without it"),
-        Requirement(("nvidia-container-toolkit",),
-                    "nvidia-container-runtime (docker's default runtime, k3s's containerd's too), its hook, and the "
-                    "unit that writes its CSV-mode config at boot: without it no container starts on the GPU"),
-        Requirement(("libnvidia-container-tools",), "nvidia-container-cli, which the runtime's hook runs"),
-        Requirement(("tegra-configs-container-csv",),
-                    "devices.csv and drivers.csv: which device nodes and host libraries go into a GPU container"),
-        Requirement(("tegra-container-passthrough",),
-                    "the alternate root meta-tegra's config names (nvidia-ctk cdi generate --mode=csv reads it; "
-                    "the runtime's own CSV mode mounts from the rootfs)"),
-        Requirement(("gpu-k8s-nvidia-runtime-config",),
-                    "the drop-in that pins the runtime to CSV mode and makes it ignore NVIDIA_VISIBLE_DEVICES from "
-                    "unprivileged containers: without it any pod that sets the variable gets the GPU, and the mode "
-                    "follows NVML's answer"),
-        Requirement(("nv-tegra-release",),
-                    "/etc/nv_tegra_release: the L4T release the plugin labels nodes with and the runtime checks"),
-        *_jetson_orin_updates(),
+        *_r39_container_stack(),
+        *_jetson_r39_updates(),
     ]
 
 
-def _jetson_orin_updates() -> list[Requirement]:
-    """A/B updates on the Orin (meta-mender-tegra's native scheme, docs/layer.md "Jetson Orin")."""
+def _jetson_r39_updates() -> list[Requirement]:
+    """A/B updates on the Orin and Thor (meta-mender-tegra's native scheme, docs/layer.md "Jetson
+    Orin")."""
     return [
         Requirement(("mender-update",),
                     "the Mender client the update agent drives (`mender-update install|commit|rollback`): "
@@ -191,10 +245,11 @@ def _jetson_orin_updates() -> list[Requirement]:
     ]
 
 
-def _jetson(cuda_packages: Sequence[str], orin: bool = False) -> list[Requirement]:
-    if orin:
-        requirements = _jetson_orin()
-        requirements += [Requirement((package,), "GPU_K8S_CUDA asks for it (CUDA userspace for pods)")
+def _jetson(cuda_packages: Sequence[str], family: str | None = None) -> list[Requirement]:
+    """family: JETSON_ORIN or JETSON_THOR for the L4T R39 lists, None for the Nano's (R32)."""
+    if family:
+        requirements = _jetson_thor() if family == JETSON_THOR else _jetson_orin()
+        requirements += [Requirement((package,), "GPU_K8S_CUDA asks for it (CUDA userspace for programs on the host)")
                          for package in cuda_packages if package != "tegra-libraries-cuda"]
         return requirements
     requirements = [
@@ -290,7 +345,8 @@ def requirements_for(classes: Collection[str], cuda_packages: Sequence[str] = ()
     """role: the k3s role the image must take (server/agent); None accepts either unit."""
     requirements = _common(role)
     if JETSON in classes:
-        requirements += _jetson(cuda_packages, orin=JETSON_ORIN in classes)
+        family = next((kind for kind in (JETSON_ORIN, JETSON_THOR) if kind in classes), None)
+        requirements += _jetson(cuda_packages, family)
     if X86_64 in classes:
         requirements += _x86_64(k3s_requirements)
     if QEMU in classes:

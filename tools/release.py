@@ -19,8 +19,9 @@ import shutil
 import subprocess
 import tarfile
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tools import build, console, provision
@@ -265,7 +266,7 @@ def collect(options: ReleaseOptions) -> list[ArtifactInfo]:
             "[--role agent]), or name the directory with --deploy-dir"
         )
     one_per_device_type(artifacts)
-    return artifacts
+    return distinct_file_names(artifacts)
 
 
 def artifact_info(path: Path, machine: str, verify_key: Path | None) -> ArtifactInfo:
@@ -297,6 +298,20 @@ def artifact_info(path: Path, machine: str, verify_key: Path | None) -> Artifact
         k3s_version=image_manifest_versions(manifest, K3S_PACKAGES),
         source=str(path),
     )
+
+
+def distinct_file_names(artifacts: list[ArtifactInfo]) -> list[ArtifactInfo]:
+    """A machine's server and agent images make artifacts of one name (IMAGE-MACHINE-DATETIME.mender,
+    in two deploy dirs); in the release each such file is named with its role (else its device
+    type, which one_per_device_type made unique), so neither overwrites the other."""
+    counts = Counter(artifact.file for artifact in artifacts)
+    renamed = []
+    for artifact in artifacts:
+        if counts[artifact.file] > 1:
+            tag = artifact.role or "-".join(artifact.device_types)
+            artifact = replace(artifact, file=f"{artifact.file.removesuffix('.mender')}-{tag}.mender")
+        renamed.append(artifact)
+    return renamed
 
 
 def one_per_device_type(artifacts: list[ArtifactInfo]) -> None:

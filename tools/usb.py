@@ -17,9 +17,20 @@ ORIN_RECOVERY_MODELS: dict[str, str] = {
     "7523": "Jetson Orin Nano 8GB (P3767-0003/-0005, the devkit's)",
     "7623": "Jetson Orin Nano 4GB (P3767-0004)",
 }
-# Recovery-mode product ids of the other Jetson modules (meta-tegra's find-jetson-usb.sh).
+# Thor modules in recovery mode, by USB product id (meta-tegra wrynose): 7026 is "Jetson AGX Thor
+# dev kit" in docs/Flashing-without-sudo.md, and entered find-jetson-usb.sh with R38.2's t264
+# support, when the devkit's T5000 was the only module; 7226 entered it in the commit that added
+# the jetson-agx-thor-t4000 machine (9fa7f103, by NVIDIA). 7326 (P3834-0001, named in the same
+# doc) is no meta-tegra machine and find-jetson-usb.sh does not accept it.
+THOR_RECOVERY_MODELS: dict[str, str] = {
+    "7026": "Jetson AGX Thor T5000 (P3834-0008, the devkit's)",
+    "7226": "Jetson AGX Thor T4000 (P3834-0000)",
+}
+RECOVERY_MODELS: dict[str, str] = {**ORIN_RECOVERY_MODELS, **THOR_RECOVERY_MODELS}
+# Recovery-mode product ids of the other Jetson modules (meta-tegra's find-jetson-usb.sh and the
+# ids of its kirkstone branch).
 OTHER_JETSON_RECOVERY_PRODUCT_IDS = frozenset(
-    {"7018", "7418", "7c18", "7019", "7819", "7919", "7e19", "7721", "7026", "7226", *ORIN_RECOVERY_MODELS}
+    {"7018", "7418", "7c18", "7019", "7819", "7919", "7e19", "7721", "7326", *RECOVERY_MODELS}
 )
 
 
@@ -41,11 +52,16 @@ class RecoveryBoard:
     def orin_model(self) -> str | None:
         return ORIN_RECOVERY_MODELS.get(self.product_id)
 
+    @property
+    def model(self) -> str | None:
+        """The Orin or Thor module this id belongs to, None for others (the Nano included)."""
+        return RECOVERY_MODELS.get(self.product_id)
+
     def describe(self) -> str:
         if self.is_nano:
             kind = "a Jetson Nano"
-        elif self.orin_model:
-            kind = f"a {self.orin_model}"
+        elif self.model:
+            kind = f"a {self.model}"
         else:
             kind = "a Jetson that is not a Nano"
         serial = f", serial {self.serial}" if self.serial else ""

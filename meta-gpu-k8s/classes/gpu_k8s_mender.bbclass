@@ -12,16 +12,16 @@ inherit mender-full
 
 # Jetson: the series' Mender Tegra class (GPU_K8S_TEGRA_MENDER_CLASS in conf/series/): the
 # Nano's U-Boot boot counter, tegraflash + dataimg and two-slot layout (tegra-mender-setup,
-# kirkstone), or the Orin's native UEFI scheme (tegra-mender-native, wrynose), which brings
-# tegra-mender-common with it. Only on tegra machines: x86 builds lack those layers.
+# kirkstone), or the Orin's and Thor's native UEFI scheme (tegra-mender-native, wrynose), which
+# brings tegra-mender-common with it. Only on tegra machines: x86 builds lack those layers.
 def gpu_k8s_tegra_mender_class(d):
     if 'tegra' not in (d.getVar('MACHINEOVERRIDES') or '').split(':'):
         return ''
     layer = d.getVar('GPU_K8S_TEGRA_MENDER_LAYER')
     if layer not in (d.getVar('BBFILE_COLLECTIONS') or '').split():
         bb.fatal('A/B images for %s need meta-mender-community\'s %s layer, which is not in BBLAYERS: '
-                 'build with the kas file of the machine (kas/jetson-nano.yml, kas/jetson-orin-nano.yml), '
-                 'which includes it' % (d.getVar('MACHINE'), layer))
+                 'build with the kas file of the machine (kas/jetson-nano.yml, kas/jetson-orin-nano.yml, '
+                 'kas/jetson-agx-thor.yml), which includes it' % (d.getVar('MACHINE'), layer))
     return d.getVar('GPU_K8S_TEGRA_MENDER_CLASS')
 
 inherit ${@gpu_k8s_tegra_mender_class(d)}
@@ -40,7 +40,7 @@ MENDER_ARTIFACT_NAME = "${GPU_K8S_VERSION}"
 
 # The machine-id lives in the bootloader environment (systemd.machine_id= on the kernel
 # command line), so both slots boot with the same one. Tegra enables it in its Mender class
-# (the Orin keeps it in UEFI's KernelCommandLine variable).
+# (the Orin and Thor keep it in UEFI's KernelCommandLine variable).
 MENDER_FEATURES_ENABLE:append:x86-64 = " mender-persist-systemd-machine-id"
 
 # The Orin (and Thor) boot through UEFI and L4TLauncher: no U-Boot. meta-mender-tegra-common
@@ -95,6 +95,13 @@ MENDER_DATA_PART_SIZE_MB_DEFAULT:tegra = "4096"
 # flashed into it is 1 GiB and grows to the partition at first boot (mender-growfs-data).
 MENDER_DATA_PART_SIZE_MB_DEFAULT:tegra234 = "1024"
 MENDER_DATA_PART_NUMBER:tegra234 = "17"
+# Jetson Thor: the same scheme on meta-tegra's t264 NVMe A/B layout (flash_l4t_t264_nvme_rootfs_ab.xml,
+# which meta-mender-tegra-common selects for tegra264 too): APP p1, APP_b p2, 25 GiB each
+# (ROOTFSPART_SIZE_DEFAULT 50 GiB halved), NVIDIA's UDA p11 and reserved p12 ahead of them, so our
+# data partition after APP_b is p13 = /dev/nvme0n1p13 (meta-mender-tegra-common's own default,
+# 11, is UDA). The layout class stops the build if the layout numbers it otherwise.
+MENDER_DATA_PART_SIZE_MB_DEFAULT:tegra264 = "1024"
+MENDER_DATA_PART_NUMBER:tegra264 = "13"
 # The SD-card devkit writes its card with that layout: two 14 GiB slots, NVIDIA's 1.3 GiB of
 # boot partitions and the data image need a card of 64 GB (NVIDIA's minimum for an SD root).
 # (The NVMe devkit carries the same override and writes no card.)
@@ -104,8 +111,10 @@ TEGRAFLASH_SDCARD_SIZE:jetson-orin-nano-devkit = "64G"
 # into the running UEFI, and from L4T R38 on each UEFI configuration has its own. Settled here,
 # before the first flash: the GUID of the full-featured t23x "general" configuration the
 # images boot (meta-tegra docs/UEFI-Capsule-Update.md, option 1), written into the firmware and
-# every capsule, so a later move to the minimal-boot configuration keeps accepting capsules.
+# every capsule, so a later move to the minimal-boot configuration keeps accepting capsules;
+# on Thor the t26x "general" configuration's, from the same page.
 TEGRA_UEFI_SYSTEM_IMAGE_TYPE_GUID:tegra234 ?= "bf0d4599-20d4-414e-b2c5-3595b1cda402"
+TEGRA_UEFI_SYSTEM_IMAGE_TYPE_GUID:tegra264 ?= "3c834404-d2d7-4912-8c1c-6e850b5f2824"
 
 # The initramfs images build with the node image; they must not inherit its image types,
 # or tegraflash and the initramfs wait on each other (a circular dependency).
@@ -138,7 +147,7 @@ python gpu_k8s_check_artifact_signing() {
 }
 # Checked before the root filesystem is made (the verify key goes into it) and again
 # before the artifact is written; at parse time a missing key must not stop other builds.
-# Mender's own artifact type, and the native Tegra scheme's (the Orin), which replaces it in
+# Mender's own artifact type, and the native Tegra scheme's (the Orin, Thor), which replaces it in
 # IMAGE_FSTYPES and writes the same .mender file, signed only when a key happens to be set.
 GPU_K8S_ARTIFACT_TYPES = "mender tegra-mender-native"
 GPU_K8S_ARTIFACT_SIGNING_CHECK = "${@'gpu_k8s_check_artifact_signing' if set(d.getVar('GPU_K8S_ARTIFACT_TYPES').split()) & set((d.getVar('IMAGE_FSTYPES') or '').split()) else ''}"

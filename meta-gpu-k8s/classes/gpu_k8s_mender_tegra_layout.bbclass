@@ -1,13 +1,13 @@
 # Inherited by our tegra-storage-layout-base bbappend (dynamic-layers/mender-tegra) only with
-# the A/B class: the Jetson Orin's flash layouts get a data partition from the first flash.
+# the A/B class: the Jetson Orin's and Thor's flash layouts get a data partition from the first flash.
 # NVIDIA's layouts give user data only UDA, 400 MiB ahead of the rootfs slots (it can never
 # grow, and NVIDIA reserves it for its own OTA); this appends GPU_K8S_TEGRA_DATA_PARTNAME right
 # after APP_b, filling the rest of the device, with the Mender data image (DATAFILE) on it and
 # on nothing else. lib/gpu_k8s/tegra_layout.py does the edit; here it is applied and checked.
 
-# NVIDIA's own spelling (its t264 layout) and the name meta-mender-tegra's newer layouts append:
-# a meta-mender-tegra that appends the same partition finds ours and leaves it, and the other way
-# round (tegra_layout adopts it).
+# The name (spelled so) that meta-mender-tegra's own layouts append: a meta-mender-tegra that
+# appends the same partition finds ours and leaves it, and the other way round (tegra_layout
+# adopts it). NVIDIA's layouts have no such partition (t234 and t264 alike).
 GPU_K8S_TEGRA_DATA_PARTNAME ?= "permanet_user_storage"
 # The data image's size is only a floor: the partition fills the device, and mender-growfs-data
 # grows the file system at first boot.

@@ -1,12 +1,16 @@
-# Where the Jetson Nano and the Jetson Orin differ, in one place, as SoC overrides; recipes
-# inherit this class and read the values (their own ?= knobs still win from local.conf).
+# Where the Jetsons differ, in one place, as SoC overrides; recipes inherit this class and read
+# the values (their own ?= knobs still win from local.conf).
 #   tegra210  Jetson Nano, kirkstone + meta-tegra kirkstone-l4t-r32.7.x: L4T R32.7, linux-tegra
 #             4.9 (cgroup v1 only), 4 GB shared with the GPU, container toolkit 1.0.5 with a
 #             separate nvidia-container-runtime package.
 #   tegra234  Jetson Orin, wrynose + meta-tegra wrynose: L4T R39.2, linux-noble-nvidia-tegra 6.8
 #             (cgroup v2, systemd's only hierarchy on wrynose), container toolkit 1.19.1, whose
-#             package ships nvidia-container-runtime itself.
-# Everything else (x86-64, QEMU) takes the plain values.
+#             package ships nvidia-container-runtime itself; the iGPU on nvgpu.
+#   tegra264  Jetson Thor, the same series, BSP, kernel and toolkit as the Orin; the Blackwell
+#             iGPU runs on NVIDIA's open kernel driver (OpenRM: nvidia.ko, nvidia-uvm.ko), whose
+#             NVML answers, and which makes no device nodes of its own.
+# What the Orin and Thor share is set for "tegra" and undone for tegra210; everything else
+# (x86-64, QEMU) takes the plain values.
 
 # cgroup hierarchy and the cgroup driver docker and the kubelet share.
 GPU_K8S_CGROUP_V1 = "0"
@@ -31,7 +35,8 @@ GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE:tegra = "gpu-k8s-nvidia-runtime-config"
 GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE:tegra210 = ""
 
 # GPU_K8S_CUDA's default (packagegroup-gpu-k8s): the Nano's pods take the CUDA runtime from the
-# host (one CSV per library package on L4T R32); on L4T R39 drivers.csv lists libcuda alone, so
+# host (one CSV per library package on L4T R32); on L4T R39 (Orin and Thor alike) drivers.csv
+# lists libcuda, NVML and the JIT compiler but no libcudart and nothing of /usr/local/cuda, so
 # pods bring their own CUDA runtime and the host needs only the driver.
 GPU_K8S_DEFAULT_CUDA = "runtime"
 GPU_K8S_DEFAULT_CUDA:tegra = "driver"
@@ -58,12 +63,29 @@ GPU_K8S_NVIDIA_SETUP_UNIT:tegra210 = ""
 # unprivileged containers, so a pod gets only the GPUs the device plugin allocated it (handed
 # over as volume mounts); privileged containers keep the variable. "0" restores the toolkit's
 # default (any container that sets the variable gets the GPUs). x86-64: the toolkit's
-# config.toml; Orin: a drop-in for GPU_K8S_NVIDIA_SETUP_UNIT. The Nano's runtime (toolkit
+# config.toml; Orin and Thor: a drop-in for GPU_K8S_NVIDIA_SETUP_UNIT. The Nano's runtime (toolkit
 # 1.0.5) has no such setting: it honours the variable from every container (docs/layer.md).
 GPU_K8S_GPU_ISOLATION ??= "1"
 
 # The mode the NVIDIA runtime is pinned to after the setup unit wrote its config ("" keeps
-# the generated "auto"). The Orin's GPU goes to containers in CSV mode only; "auto" picks CSV
-# only while NVML is absent or names an "(nvgpu)" GPU, and meta-tegra installs NVML.
+# the generated "auto"). The Orin's and Thor's GPUs go to containers in CSV mode (devices.csv,
+# drivers.csv); toolkit 1.19.1's "auto" picks CSV only when, at that container's start, NVML is
+# absent or initialises and names an integrated GPU ("(nvgpu)", "NVIDIA Thor"). meta-tegra
+# installs NVML, so on an Orin or a Thor whose NVML fails to initialise for any reason (the
+# driver not up yet, a version mismatch after a half-applied update) "auto" turns to jit-cdi,
+# the discrete-GPU mode, whose devices are not the ones the device plugin hands out.
 GPU_K8S_NVIDIA_RUNTIME_MODE = ""
 GPU_K8S_NVIDIA_RUNTIME_MODE:tegra234 = "csv"
+GPU_K8S_NVIDIA_RUNTIME_MODE:tegra264 = "csv"
+
+# Thor: the unit that loads nvidia-uvm and creates the OpenRM driver's device nodes
+# (/dev/nvidia<N>, /dev/nvidiactl, /dev/nvidia-modeset, /dev/nvidia-uvm, /dev/nvidia-uvm-tools)
+# before docker, k3s and the device plugin start (dynamic-layers/tegra/recipes-containers/
+# gpu-k8s-nvidia-nodes). NVIDIA's open driver registers its character devices with no device
+# class, so udev sees nothing to make a node of; nvidia-modprobe, which makes them on a dGPU, is
+# not in meta-tegra; meta-tegra loads nvidia.ko at boot (nv-load-display-modules) but never
+# nvidia-uvm; and CSV mode gives a container only the nodes that exist when it starts. Without
+# this a CUDA program in a pod finds no usable GPU. nvgpu (Orin) and the Nano's driver make
+# their own nodes.
+GPU_K8S_NVIDIA_NODES_PACKAGE = ""
+GPU_K8S_NVIDIA_NODES_PACKAGE:tegra264 = "gpu-k8s-nvidia-nodes"

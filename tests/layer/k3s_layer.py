@@ -23,6 +23,7 @@ REQUIREMENTS = K3S_DIR / "k3s-kernel-requirements.yaml"
 MACHINES = {
     "jetson-nano-devkit": ("tegra", "tegra210"),
     "jetson-orin-nano-devkit-nvme": ("tegra", "tegra234"),
+    "jetson-agx-thor-devkit": ("tegra", "tegra264"),
     "genericx86-64": ("x86-64",),
     "qemux86-64": ("x86-64", "qemuall"),
 }

@@ -67,9 +67,9 @@ def test_docker_mode_runs_pods_through_docker_with_dockers_cgroup_driver(tmp_pat
     assert kubelet_args(files)["cgroup-driver"] == opts["native.cgroupdriver"]
 
 
-def test_cgroup_driver_per_machine_cgroupfs_on_the_nano_systemd_on_orin_and_x86(tmp_path):
+def test_cgroup_driver_per_machine_cgroupfs_on_the_nano_systemd_on_orin_thor_and_x86(tmp_path):
     assert kubelet_args(render_for("jetson-nano-devkit", tmp_path / "n"))["cgroup-driver"] == "cgroupfs"
-    for machine in ("jetson-orin-nano-devkit-nvme", "genericx86-64", "qemux86-64"):
+    for machine in ("jetson-orin-nano-devkit-nvme", "jetson-agx-thor-devkit", "genericx86-64", "qemux86-64"):
         assert kubelet_args(render_for(machine, tmp_path / machine))["cgroup-driver"] == "systemd"
 
 
@@ -85,15 +85,15 @@ def test_containerd_mode_leaves_docker_and_the_cgroup_driver_to_k3s(tmp_path, ma
         assert "default-runtime" not in runtime, "no nvidia-container-runtime on this machine"
 
 
-@pytest.mark.parametrize("machine", ["jetson-nano-devkit", "jetson-orin-nano-devkit-nvme"])
+@pytest.mark.parametrize("machine", ["jetson-nano-devkit", "jetson-orin-nano-devkit-nvme", "jetson-agx-thor-devkit"])
 def test_docker_default_runtime_matches_on_jetson(machine):
     daemon = json.loads((DOCKER_DIR / "files" / daemon_json_for(machine)).read_text())
     assert daemon["default-runtime"] == "nvidia"
 
 
-def test_nano_kubelet_accepts_cgroup_v1_and_orin_and_x86_do_not_need_to(tmp_path):
+def test_nano_kubelet_accepts_cgroup_v1_and_orin_thor_and_x86_do_not_need_to(tmp_path):
     assert kubelet_args(render_for("jetson-nano-devkit", tmp_path / "n"))["fail-cgroupv1"] == "false"
-    for machine in ("jetson-orin-nano-devkit-nvme", "genericx86-64", "qemux86-64"):
+    for machine in ("jetson-orin-nano-devkit-nvme", "jetson-agx-thor-devkit", "genericx86-64", "qemux86-64"):
         assert "fail-cgroupv1" not in kubelet_args(render_for(machine, tmp_path / machine))
 
 
@@ -151,8 +151,8 @@ def test_qemu_pulls_nothing_from_a_registry(tmp_path):
 def test_airgap_images_on_for_qemu_off_for_the_nano_sd_card():
     recipe = parse(CONFIG_RECIPE)
     values = {m: resolve(recipe, "GPU_K8S_K3S_AIRGAP_IMAGES", o) for m, o in MACHINES.items()}
-    assert values == {"jetson-nano-devkit": "0", "jetson-orin-nano-devkit-nvme": "0", "genericx86-64": "0",
-                      "qemux86-64": "1"}
+    assert values == {"jetson-nano-devkit": "0", "jetson-orin-nano-devkit-nvme": "0", "jetson-agx-thor-devkit": "0",
+                      "genericx86-64": "0", "qemux86-64": "1"}
     assert "${GPU_K8S_AIRGAP_PACKAGE}" in recipe.words("RDEPENDS", "${PN}")
     assert "'k3s-airgap-images' if d.getVar('GPU_K8S_K3S_AIRGAP_IMAGES') == '1' and " \
         "bb.utils.contains('DISTRO_FEATURES', 'gpu-k8s', True, False, d)" in recipe.value("GPU_K8S_AIRGAP_PACKAGE")
@@ -263,16 +263,18 @@ def test_docker_ordering_drop_in_only_in_docker_mode():
 
 
 
-def test_an_orin_server_keeps_its_add_ons_and_network_policy(tmp_path):
-    files = render_for("jetson-orin-nano-devkit-nvme", tmp_path)
-    assert "30-gpu-k8s-server.yaml" not in files, "6.8 has ipset and 8 GB: nothing to turn off"
+@pytest.mark.parametrize("machine", ["jetson-orin-nano-devkit-nvme", "jetson-agx-thor-devkit"])
+def test_an_orin_or_thor_server_keeps_its_add_ons_and_network_policy(tmp_path, machine):
+    files = render_for(machine, tmp_path)
+    assert "30-gpu-k8s-server.yaml" not in files, "6.8 has ipset and 8 GB or more: nothing to turn off"
 
 
-def test_k3s_starts_after_the_unit_that_writes_the_orin_runtime_config():
+def test_k3s_starts_after_the_unit_that_writes_the_orin_and_thor_runtime_config():
     recipe = with_classes(parse(CONFIG_RECIPE), "gpu_k8s_platform")
     units = {m: resolve(recipe, "GPU_K8S_NVIDIA_SETUP_UNIT", o) for m, o in MACHINES.items()}
     assert units == {"jetson-nano-devkit": "", "jetson-orin-nano-devkit-nvme": "nvidia-container-setup.service",
-                     "genericx86-64": "", "qemux86-64": ""}
+                     "jetson-agx-thor-devkit": "nvidia-container-setup.service", "genericx86-64": "",
+                     "qemux86-64": ""}
     dropin = configparser.ConfigParser()
     dropin.read_string((CONFIG_DIR / "files/30-gpu-k8s-nvidia-setup.conf").read_text())
     assert dropin["Unit"]["After"] == dropin["Unit"]["Wants"] == "@UNIT@"

@@ -12,7 +12,8 @@ from layer_paths import KAS, REPO
 kas_includehandler = pytest.importorskip("kas.includehandler", reason="kas is in the tooling venv")
 jsonschema_validators = pytest.importorskip("jsonschema.validators")
 
-TOP_FILES = ["jetson-nano.yml", "x86-64.yml", "qemu-x86-64.yml", "x86-64-scarthgap.yml", "jetson-orin-nano.yml"]
+TOP_FILES = ["jetson-nano.yml", "x86-64.yml", "qemu-x86-64.yml", "x86-64-scarthgap.yml", "jetson-orin-nano.yml",
+             "jetson-agx-thor.yml"]
 ALL_FILES = sorted(p for p in KAS.rglob("*.yml"))
 SERIES_FILES = {"kirkstone", "scarthgap", "wrynose"}  # kas/include/<series>.yml
 
@@ -24,6 +25,7 @@ SERIES_OF = {
     "qemu-x86-64.yml": "wrynose",
     "x86-64-scarthgap.yml": "scarthgap",
     "jetson-orin-nano.yml": "wrynose",  # issue 17: meta-tegra wrynose, L4T R39.2
+    "jetson-agx-thor.yml": "wrynose",  # issue 26: the same BSP pin, tegra264
 }
 
 # The canonical upstream URLs (issue 4) and each series' branch of them.
@@ -54,6 +56,7 @@ EXPECTED_MACHINE = {
     "qemu-x86-64.yml": "qemux86-64",
     "x86-64-scarthgap.yml": "genericx86-64",
     "jetson-orin-nano.yml": "jetson-orin-nano-devkit-nvme",
+    "jetson-agx-thor.yml": "jetson-agx-thor-devkit",
 }
 EXPECTED_TARGET = {
     "jetson-nano.yml": "gpu-k8s-image",
@@ -61,6 +64,7 @@ EXPECTED_TARGET = {
     "qemu-x86-64.yml": "gpu-k8s-image-dev",
     "x86-64-scarthgap.yml": "gpu-k8s-image",
     "jetson-orin-nano.yml": "gpu-k8s-image",
+    "jetson-agx-thor.yml": "gpu-k8s-image",
 }
 
 
@@ -199,6 +203,7 @@ def test_local_conf_selects_systemd_and_container_features(name):
 def test_meta_tegra_only_in_the_jetson_builds():
     assert "meta-tegra" in merged(KAS / "jetson-nano.yml")["repos"]
     assert "meta-tegra" in merged(KAS / "jetson-orin-nano.yml")["repos"]
+    assert "meta-tegra" in merged(KAS / "jetson-agx-thor.yml")["repos"]
     for name in ("x86-64.yml", "qemu-x86-64.yml", "x86-64-scarthgap.yml"):
         assert "meta-tegra" not in merged(KAS / name)["repos"], f"{name} must build without meta-tegra"
 
@@ -233,3 +238,17 @@ def test_orin_machine_overrides_change_the_machine_and_nothing_else(override, ma
     conf = load(KAS / "include" / override)
     assert conf == {"header": {"version": 14}, "machine": machine}
     assert f"kas build kas/jetson-orin-nano.yml:kas/include/{override}" in (KAS / "include" / override).read_text()
+
+
+def test_thor_builds_on_the_orins_bsp_pin_with_the_redundant_flash_layout():
+    thor, orin = (merged(KAS / name, with_lock=True) for name in ("jetson-agx-thor.yml", "jetson-orin-nano.yml"))
+    assert thor["repos"] == orin["repos"], "one wrynose repo set for both R39 SoCs: the same pins, layers and lock"
+    text = "\n".join(thor["local_conf_header"].values())
+    assert re.search(r'^USE_REDUNDANT_FLASH_LAYOUT_DEFAULT = "1"$', text, re.M)
+    assert "kas/include/mender-tegra-native.yml" in includes(KAS / "jetson-agx-thor.yml")
+
+
+def test_thor_t4000_override_changes_the_machine_and_nothing_else():
+    override = "machine-jetson-agx-thor-t4000.yml"
+    assert load(KAS / "include" / override) == {"header": {"version": 14}, "machine": "jetson-agx-thor-t4000"}
+    assert f"kas build kas/jetson-agx-thor.yml:kas/include/{override}" in (KAS / "include" / override).read_text()

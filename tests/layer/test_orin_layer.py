@@ -84,8 +84,13 @@ def test_an_orin_build_without_keys_is_refused_before_kas_starts(machine, tmp_pa
 def test_role_includes_share_one_block_so_the_last_one_wins():
     agent, server = (load(KAS / f"include/{role}.yml")["local_conf_header"] for role in ("agent", "server"))
     assert set(agent) == set(server) == {"meta-gpu-k8s-role"}
-    assert agent["meta-gpu-k8s-role"].splitlines()[0] == 'GPU_K8S_K3S_ROLE = "agent"'
-    assert server["meta-gpu-k8s-role"].splitlines()[0] == 'GPU_K8S_K3S_ROLE = "server"'
+    # the role, and the device type of its own where the role is not the machine's default
+    # (docs/fleet.md): an agent everywhere but the Nano, a server on the Nano
+    assert agent["meta-gpu-k8s-role"].strip().splitlines() == [
+        'GPU_K8S_K3S_ROLE = "agent"', 'MENDER_DEVICE_TYPE = "${MACHINE}-agent"',
+        'MENDER_DEVICE_TYPE:tegra210 = "${MACHINE}"']
+    assert server["meta-gpu-k8s-role"].strip().splitlines() == [
+        'GPU_K8S_K3S_ROLE = "server"', 'MENDER_DEVICE_TYPE:tegra210 = "${MACHINE}-server"']
 
 
 # ---------------------------------------------------------------- the scheme, per series
@@ -337,13 +342,13 @@ def test_the_mender_daemon_that_could_commit_stays_off():
 
 
 def test_the_orin_kernel_gets_the_tegra_watchdog_with_the_ab_class():
-    cfg = (DYNAMIC / "recipes-kernel/watchdog/files/gpu-k8s-watchdog-tegra234.cfg").read_text()
+    cfg = (DYNAMIC / "recipes-kernel/watchdog/files/gpu-k8s-watchdog-tegra.cfg").read_text()
     options = dict(line.split("=", 1) for line in cfg.splitlines() if line.startswith("CONFIG_"))
     # timer-tegra186.c's Kconfig: bool, depends on WATCHDOG && WATCHDOG_CORE
     assert {k: options.get(k) for k in ("CONFIG_WATCHDOG", "CONFIG_WATCHDOG_CORE", "CONFIG_TEGRA186_TIMER")} == {
         "CONFIG_WATCHDOG": "y", "CONFIG_WATCHDOG_CORE": "y", "CONFIG_TEGRA186_TIMER": "y"}
     watchdog = parse(LAYER / "classes/gpu_k8s_mender_watchdog.bbclass")
-    assert watchdog.words("SRC_URI", "append", "tegra234") == ["file://gpu-k8s-watchdog-tegra234.cfg"]
+    assert watchdog.words("SRC_URI", "append", "tegra234") == ["file://gpu-k8s-watchdog-tegra.cfg"]
     append = (DYNAMIC / "recipes-kernel/watchdog/linux-noble-nvidia-tegra_%.bbappend").read_text()
     assert "'gpu-k8s-mender', 'gpu_k8s_mender_watchdog'" in append
     assert "'gpu-k8s-mender', '${THISDIR}/files:'" in append, "the fragment joins FILESPATH only with the feature"

@@ -147,7 +147,7 @@ def daemon_json(override_dir=""):
     return json.loads((DOCKER_DIR / "files" / override_dir / "daemon.json").read_text())
 
 
-@pytest.mark.parametrize("soc", ["tegra", "tegra234"])
+@pytest.mark.parametrize("soc", ["tegra", "tegra234", "tegra264"])
 def test_docker_default_runtime_is_nvidia_on_jetson(soc):
     conf = daemon_json(soc)
     assert conf["default-runtime"] == "nvidia"

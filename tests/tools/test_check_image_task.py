@@ -111,7 +111,7 @@ def test_check_image_task_exits_2_with_one_line_for_a_bad_machine() -> None:
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines() == [
         "error: unknown machine 'rpi'; choose one of: qemu, x86-64, x86-64-scarthgap, jetson-nano, "
-        "jetson-orin-nano, jetson-orin-nano-sd, jetson-agx-orin"]
+        "jetson-orin-nano, jetson-orin-nano-sd, jetson-agx-orin, jetson-agx-thor, jetson-agx-thor-t4000"]
     assert "Traceback" not in completed.stdout + completed.stderr
 
 

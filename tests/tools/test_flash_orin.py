@@ -293,7 +293,8 @@ def test_machine_names_pick_the_nano_the_orin_or_the_disk_path(host_tree, nvme_b
     assert flash_targets.flash_machine("x86-64", opts) == ["x86-64"]
     with pytest.raises(flash.FlashUsageError, match=r"--machine 'qemu' cannot be flashed \(a QEMU image boots in QEMU: "
                        r"./task smoke-test\); choose one of: x86-64, x86-64-scarthgap, jetson-nano, "
-                       r"jetson-orin-nano, jetson-orin-nano-sd, jetson-agx-orin"):
+                       r"jetson-orin-nano, jetson-orin-nano-sd, jetson-agx-orin, jetson-agx-thor, "
+                       r"jetson-agx-thor-t4000"):
         flash_targets.flash_machine("qemu", opts)
 
 

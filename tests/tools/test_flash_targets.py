@@ -12,7 +12,8 @@ from disk_images import DATA_AT, HAVE_E2FSPROGS, gpt_disk, read_back
 
 from tools import build, flash, flash_targets, provision
 
-PACKAGE_TYPE = {"nano": "tegraflash.tar.gz", "orin": "tegraflash-tar.zst", "disk": "uefiimg"}
+PACKAGE_TYPE = {"nano": "tegraflash.tar.gz", "orin": "tegraflash-tar.zst", "thor": "tegraflash-tar.zst",
+                "disk": "uefiimg"}
 COPY_IMAGE = "import shutil\nshutil.copyfile(argv[-2], argv[-1])\n"
 
 

@@ -67,6 +67,9 @@ def packagegroup_words(var_overrides: tuple[str, ...], cuda_level: str = "runtim
             # the Nano's (tegra210): none, its toolkit 1.0.5 has no setup unit to extend
             expanded += parse(LAYER / "classes/gpu_k8s_platform.bbclass").words(
                 "GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE", "tegra210")
+        elif word == "${GPU_K8S_NVIDIA_NODES_PACKAGE}":
+            # Thor's alone (tegra264): the Nano's driver makes its own nodes
+            expanded += parse(LAYER / "classes/gpu_k8s_platform.bbclass").words("GPU_K8S_NVIDIA_NODES_PACKAGE")
         else:
             expanded.append(word)
     return expanded

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mender_artifacts import make_artifact
 
-from tools import release
+from tools import build, release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -215,8 +215,32 @@ def test_the_orins_native_artifact_is_released_with_its_device_and_payload_type(
     assert manifest["artifacts"][0]["role"] == "agent"
 
 
+THOR, T4000 = "jetson-agx-thor-devkit", "jetson-agx-thor-t4000"
+
+
+def test_thor_releases_one_native_artifact_per_module_and_role_with_its_own_device_type(build_root: Path) -> None:
+    # ./task build --machine jetson-agx-thor[-t4000] [--role agent]: the Mender device type is the
+    # MACHINE, "-agent" appended for the role that is not the machine's default (kas/include/agent.yml)
+    built(build_root, "jetson-agx-thor", THOR, THOR, "tegra-rootfs-image")
+    built(build_root, "jetson-agx-thor-agent", THOR, f"{THOR}-agent", "tegra-rootfs-image", role="agent")
+    built(build_root, "jetson-agx-thor-t4000-agent", T4000, f"{T4000}-agent", "tegra-rootfs-image", role="agent")
+    _, artifacts = release.run_release(release.ReleaseOptions())
+    assert sorted((a.machine, tuple(a.device_types), a.role) for a in artifacts) == [
+        (THOR, (THOR,), "server"), (THOR, (f"{THOR}-agent",), "agent"), (T4000, (f"{T4000}-agent",), "agent")]
+    assert {tuple(a.payload_types) for a in artifacts} == {("tegra-rootfs-image",)}
+    # the devkit's server and agent images made artifacts of one name: each keeps its own in the release
+    stem = f"gpu-k8s-image-{THOR}-20261201120000"
+    assert sorted(a.file for a in artifacts if a.machine == THOR) == [f"{stem}-agent.mender", f"{stem}-server.mender"]
+    released = build_root / "release" / "1.4.0"
+    assert {p.name for p in released.glob("*.mender")} == {a.file for a in artifacts}
+    listed = json.loads((released / "release.json").read_text())["artifacts"]
+    assert {entry["file"]: entry["device_types"] for entry in listed}[f"{stem}-agent.mender"] == [f"{THOR}-agent"]
+
+
 @pytest.mark.parametrize(("machine_dir", "yocto_machine", "payload"), [
     ("jetson-orin-nano", ORIN, "rootfs-image"),  # the classic scheme's, which a native board cannot install
+    ("jetson-agx-thor", THOR, "rootfs-image"),
+    ("jetson-agx-thor-t4000", T4000, "rootfs-image"),
     ("x86-64", "genericx86-64", "tegra-rootfs-image"),
 ])
 def test_an_artifact_of_the_other_mender_scheme_is_refused(build_root: Path, machine_dir, yocto_machine,
@@ -261,7 +285,8 @@ def test_nothing_to_release_names_built_dirs_without_artifacts_and_counts_the_re
         release.run_release(release.ReleaseOptions())
     message = str(refused.value)
     assert message.startswith(f"nothing to release: {orin} (--machine jetson-orin-nano) holds no .mender artifact")
-    assert "; the 13 other machine and role builds do not exist." in message
+    others = len(build.MACHINES) * len(build.ROLES) - 1  # every machine's build per role, but the Orin's one
+    assert f"; the {others} other machine and role builds do not exist." in message
     assert message.count("/deploy/images/") == 1, "unbuilt machines are not listed as if they were candidates"
     shutil.rmtree(build_root / "jetson-orin-nano")
     with pytest.raises(release.ReleaseError, match=f"nothing to release: no machine has been built under {build_root} "

@@ -15,9 +15,10 @@ S = "${UNPACKDIR}"
 
 inherit gpu_k8s_nvidia gpu_k8s_platform
 
-# daemon.json differs per machine: files/tegra/ (Nano: cgroupfs on cgroup v1) and
-# files/tegra234/ (Orin: systemd driver on cgroup v2) hold the Jetson ones, whose driver must be
-# GPU_K8S_CGROUP_DRIVER's (classes/gpu_k8s_platform.bbclass; a test keeps them equal); on
+# daemon.json differs per machine: files/tegra/ (Nano: cgroupfs on cgroup v1), files/tegra234/
+# (Orin) and files/tegra264/ (Thor: both the systemd driver on cgroup v2, nvidia the default
+# runtime) hold the Jetson ones, whose driver must be GPU_K8S_CGROUP_DRIVER's (classes/
+# gpu_k8s_platform.bbclass; a test keeps them equal); on
 # x86-64 with the NVIDIA stack (GPU_K8S_NVIDIA) it is daemon-nvidia-cdi.json: the toolkit's
 # runtime in CDI mode as the default, and docker's own CDI for `docker run --device nvidia.com/gpu=all`.
 PACKAGE_ARCH = "${MACHINE_ARCH}"

@@ -27,10 +27,12 @@ RDEPENDS:${PN} = " \
 
 # The NVIDIA container stack differs per SoC (GPU_K8S_NVIDIA_CONTAINER_PACKAGES, classes/
 # gpu_k8s_platform.bbclass). nvidia-docker is left out: a CLI wrapper with its own daemon.json.
-# The GPU driver itself comes with the machine (packagegroup-machine-base in the image).
+# The GPU driver itself comes with the machine (packagegroup-machine-base in the image); on Thor
+# the unit that makes its device nodes (GPU_K8S_NVIDIA_NODES_PACKAGE) comes from here.
 RDEPENDS:${PN}:append:tegra = " \
     ${GPU_K8S_NVIDIA_CONTAINER_PACKAGES} \
     ${GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE} \
+    ${GPU_K8S_NVIDIA_NODES_PACKAGE} \
     ${GPU_K8S_CUDA_PACKAGES} \
 "
 RDEPENDS:${PN}:append:qemuall = " gpu-k8s-preload-images"
@@ -83,13 +85,13 @@ RRECOMMENDS:${PN} = "${GPU_K8S_KERNEL_MODULES}"
 # How much of the Jetson CUDA userspace goes in (docs/layer.md). The container runtime mounts
 # into a container only host files its CSV files list. L4T R32 (Nano) has one CSV per library
 # package (<package>-container-csv): the host's CUDA libraries are the pods' CUDA. L4T R39
-# (Orin) has one drivers.csv (tegra-configs-container-csv) that lists libcuda but no libcudart
+# (Orin, Thor) has one drivers.csv (tegra-configs-container-csv) that lists libcuda but no libcudart
 # or anything under /usr/local/cuda: pods get the driver from the host and must bring the CUDA
 # runtime and libraries themselves (JetPack 7 containers do), so there the default is "driver"
 # and the higher levels serve programs on the host only. The same names on both series; each
 # level includes the ones before it:
-#   level      Nano, L4T R32.7 (CUDA 10.2)          Orin, L4T R39.2 (CUDA 13.2; host only)
-#   driver     tegra-libraries-cuda: libcuda.so.1    the same, for the nvgpu driver
+#   level      Nano, L4T R32.7 (CUDA 10.2)          Orin and Thor, L4T R39.2 (CUDA 13.2; host only)
+#   driver     tegra-libraries-cuda: libcuda.so.1    the same, for nvgpu (Orin) or OpenRM (Thor)
 #   runtime    + cuda-cudart 10.2                    + cuda-cudart 13.2
 #   libraries  + cuBLAS, cuFFT, cuRAND, cuSOLVER,    + the same, cuFile, nvJitLink, nvFatbin,
 #                cuSPARSE, NPP, NVRTC, nvGRAPH          nvJPEG (no nvGRAPH)

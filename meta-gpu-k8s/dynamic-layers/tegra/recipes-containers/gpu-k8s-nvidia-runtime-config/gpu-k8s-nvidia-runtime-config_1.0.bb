@@ -1,7 +1,7 @@
 SUMMARY = "NVIDIA runtime settings for GPU Kubernetes nodes on Jetson (toolkit 1.19)"
 DESCRIPTION = "A drop-in for meta-tegra's nvidia-container-setup.service: after the unit \
 writes the runtime's configuration at boot, nvidia-ctk sets GPU isolation (NVIDIA_VISIBLE_DEVICES \
-ignored from unprivileged containers, volume-mount requests accepted) and, on Orin, CSV mode."
+ignored from unprivileged containers, volume-mount requests accepted) and, on Orin and Thor, CSV mode."
 HOMEPAGE = "https://github.com/meta-gpu-k8s/meta-gpu-k8s"
 LICENSE = "MIT"
 # nooelint: oelint.var.licenseremotefile - no upstream source: our own drop-in, MIT

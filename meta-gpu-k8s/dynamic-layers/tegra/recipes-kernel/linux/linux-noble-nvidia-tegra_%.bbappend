@@ -1,4 +1,4 @@
-# Jetson Orin (meta-tegra wrynose): changes linux-noble-nvidia-tegra only when DISTRO_FEATURES
+# Jetson Orin and Thor (meta-tegra wrynose): changes linux-noble-nvidia-tegra only when DISTRO_FEATURES
 # has "gpu-k8s" (classes/gpu_k8s_linux_tegra.bbclass adds the fragment beside this file; the
 # recipe is kernel-yocto based, so a .cfg in SRC_URI is merged into its defconfig). Its
 # directory joins FILESEXTRAPATHS only with the feature too: kernel-yocto checksums every
