@@ -152,6 +152,30 @@ def unpack(package: Path, workdir: Path, dry_run: bool) -> None:
     process.run(process.Command(["tar", "--zstd", "-xf", str(package), "-C", str(workdir)]), dry_run=dry_run)
 
 
+# What initrd-flash leaves in the directory it runs in: its own log (log.initrd-flash.<date>) and
+# the logs the board sends back (device-logs-<date>/, the Orin's flow).
+INITRD_FLASH_LOGS = ("log.initrd-flash.*", "device-logs-*")
+
+
+def keep_flash_logs(workdir: Path) -> Path | None:
+    """Copies initrd-flash's logs out of the unpacked package, which is a temporary directory
+    removed when flashing ends, into a directory of their own that stays; None when it left none."""
+    found = sorted(path for pattern in INITRD_FLASH_LOGS for path in workdir.glob(pattern))
+    if not found:
+        return None
+    kept = Path(tempfile.mkdtemp(prefix="gpu-k8s-flash-logs-"))
+    for path in found:
+        if path.is_dir():
+            shutil.copytree(path, kept / path.name)
+        else:
+            shutil.copy2(path, kept / path.name)
+    return kept
+
+
+def where_logs_are(kept: Path | None) -> str:
+    return f"its logs are kept in {kept}" if kept else "it left no log.initrd-flash.* file"
+
+
 def initrd_flash(options: FlashOptions, board: usb.RecoveryBoard | None, workdir: Path, family: str = "Orin") -> str:
     """meta-tegra's initrd-flash in the unpacked package, on the board's USB port; `family` names
     the board in the summary (the Thor path, tools/flash_thor.py, shares this)."""
@@ -164,10 +188,10 @@ def initrd_flash(options: FlashOptions, board: usb.RecoveryBoard | None, workdir
         # initrd-flash calls sudo itself for the steps that need root.
         process.run(process.Command(argv, cwd=workdir), dry_run=options.dry_run)
     except process.CommandFailed as failure:
+        # The unpacked package goes with the temporary directory: the logs that say why must not.
         raise FlashError(
-            f"initrd-flash failed with exit code {failure.returncode}; its log.initrd-flash.* file in the "
-            "unpacked package says why: put the board back in recovery mode, check the USB cable "
-            "(no hub, no VM) and run again"
+            f"initrd-flash failed with exit code {failure.returncode}; {where_logs_are(keep_flash_logs(workdir))} "
+            "and say why: put the board back in recovery mode, check the USB cable (no hub, no VM) and run again"
         ) from None
     if board is None:
         return f"(dry run) would flash ({options.method}) the {family} in recovery mode"

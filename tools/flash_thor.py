@@ -10,7 +10,8 @@ as a USB drive, and meta-tegra's dosdcard.sh / doexternal.sh are for the Orin on
 device of this host is ever written, so --device, --force-device, --sd-image and the
 sdcard/external methods are refused. The board stays in the flashing initrd until it is power
 cycled or reset (docs/Flashing.md, step 4). Provisioning goes into the package's data image first,
-as on the Orin (tools/provision.py)."""
+as on the Orin (tools/provision.py). On Thor initrd-flash exits 0 whatever the unified flash did,
+so the unified flash's own result line in initrd-flash's log decides whether the board was flashed."""
 
 from __future__ import annotations
 
@@ -43,6 +44,15 @@ THOR_RECOVERY = (
 )
 THOR_RESET = ("power-cycle the Thor (or press Reset) now: it stays in the flashing initrd until it is "
               "reset, then boots the new image (meta-tegra docs/Flashing.md, step 4)")
+
+# On Thor, meta-tegra's initrd-flash (wrynose 727633de, initrd-flash.sh, the T264 branch) pipes
+# NVIDIA's unified flash (out/doflash.sh) through tee and then exits 0 whatever it returned, so
+# its exit status says nothing about the flash. NVIDIA's flash_bsp_images.py ends with one of
+# these lines, which the tee puts into log.initrd-flash.<date> (bootburn_t264_py/
+# flash_bsp_images.py, as the public Seeed-Studio/Linux_for_Tegra copy 06119ad6 of the unified
+# flash tools has it; the R39.2 BSP tarball is not in our mirrors).
+UNIFIED_FLASH_DONE = "Flashing finished Successfully"
+UNIFIED_FLASH_FAILED = ("Flashing finished Unsuccessfully", "raised in flash BSP")
 
 
 @dataclass(frozen=True)
@@ -178,4 +188,33 @@ def run_thor_flash(options: FlashOptions, machine: str) -> list[str]:
         provisioned = ([provision_package(options, package, workdir, token, machine)]
                        if options.provisioning.wanted else [])
         flashed = flash_orin.initrd_flash(options, board, workdir, family="Thor")
+        if not options.dry_run:
+            flashed = confirm_unified_flash(workdir, flashed)
     return [*provisioned, flashed, *([] if options.dry_run else [THOR_RESET])]
+
+
+def unified_flash_verdict(log_text: str) -> str | None:
+    """'done', 'failed', or None when the log has no result line of NVIDIA's unified flash."""
+    if any(marker in log_text for marker in UNIFIED_FLASH_FAILED):
+        return "failed"
+    return "done" if UNIFIED_FLASH_DONE in log_text else None
+
+
+def confirm_unified_flash(workdir: Path, flashed: str) -> str:
+    """initrd-flash exited 0, which on Thor it always does: the unified flash's own result line
+    in initrd-flash's log decides. A failure raises FlashError; with no result line the summary
+    says so instead of claiming a flash, and the logs are kept in both cases."""
+    logs = sorted(workdir.glob("log.initrd-flash.*"))
+    verdict = unified_flash_verdict(logs[-1].read_text(errors="replace")) if logs else None
+    if verdict == "done":
+        return flashed
+    kept = flash_orin.keep_flash_logs(workdir)
+    if verdict == "failed":
+        raise FlashError(
+            "initrd-flash exited 0, but NVIDIA's unified flash reports a failure "
+            f"(\"{UNIFIED_FLASH_FAILED[0]}\" or an exception); {flash_orin.where_logs_are(kept)} and say why: "
+            "the board is not flashed; put it back in recovery mode, check the USB cable (no hub, no VM) and run again"
+        )
+    return (f"initrd-flash finished, but its log has no result line of NVIDIA's unified flash "
+            f"(\"{UNIFIED_FLASH_DONE}\"), so the flash is not confirmed: {flash_orin.where_logs_are(kept)}; "
+            "read them before relying on the board")

@@ -17,11 +17,13 @@ ORIN_RECOVERY_MODELS: dict[str, str] = {
     "7523": "Jetson Orin Nano 8GB (P3767-0003/-0005, the devkit's)",
     "7623": "Jetson Orin Nano 4GB (P3767-0004)",
 }
-# Thor modules in recovery mode, by USB product id (meta-tegra wrynose): 7026 is "Jetson AGX Thor
-# dev kit" in docs/Flashing-without-sudo.md, and entered find-jetson-usb.sh with R38.2's t264
-# support, when the devkit's T5000 was the only module; 7226 entered it in the commit that added
-# the jetson-agx-thor-t4000 machine (9fa7f103, by NVIDIA). 7326 (P3834-0001, named in the same
-# doc) is no meta-tegra machine and find-jetson-usb.sh does not accept it.
+# Thor modules in recovery mode, by USB product id (meta-tegra wrynose 727633de accepts both in
+# find-jetson-usb.sh; on that branch both came with the R39.2 update, 4639b3bb): 7026 is "Jetson
+# AGX Thor dev kit" in docs/Flashing-without-sudo.md and entered find-jetson-usb.sh with R38.2's
+# t264 support (a8a2a166, branch master-l4t-r38.4.x), when the devkit's T5000 was the only module;
+# 7226 entered it in the commit that added the jetson-agx-thor-t4000 machine and its chip SKU E2
+# (9fa7f103, by NVIDIA, on master-l4t-r38.4.x). 7326 (P3834-0001, named in the same doc) is no
+# meta-tegra machine and find-jetson-usb.sh does not accept it.
 THOR_RECOVERY_MODELS: dict[str, str] = {
     "7026": "Jetson AGX Thor T5000 (P3834-0008, the devkit's)",
     "7226": "Jetson AGX Thor T4000 (P3834-0000)",

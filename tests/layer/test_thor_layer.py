@@ -205,7 +205,7 @@ def test_a_second_run_keeps_current_nodes_and_a_reloaded_module_gets_its_nodes_a
 
 
 def test_every_gpu_the_driver_lists_gets_its_node_and_the_old_frontend_name_is_read(thor) -> None:
-    thor.driver(gpu_name="nvidia-frontend", minors=(0, 1))  # drivers before 550 named the major so
+    thor.driver(gpu_name="nvidia-frontend", minors=(0, 1))  # open driver releases before 545 named the major so
     assert thor.run().returncode == 0
     assert thor.nodes()["nvidia0"] == "c 195 0" and thor.nodes()["nvidia1"] == "c 195 1"
 
@@ -224,6 +224,25 @@ def test_no_driver_in_proc_devices_is_named_and_nothing_is_made(thor, tmp_path) 
     assert result.returncode == 1
     assert "the NVIDIA driver is not loaded" in result.stdout and "lsmod | grep nvidia" in result.stdout
     assert thor.nodes() == {}
+
+
+def test_a_driver_that_lists_no_gpu_fails_the_unit_instead_of_reporting_ready(thor) -> None:
+    thor.driver(minors=())  # nvidia.ko and nvidia-uvm loaded, but no GPU probed
+    result = thor.run()
+    assert result.returncode == 1
+    assert "lists no GPU with a device minor" in result.stdout
+    assert "device nodes incomplete" in result.stdout and "device nodes ready" not in result.stdout
+    assert "nvidia0" not in thor.nodes() and thor.nodes()["nvidia-uvm"] == "c 509 0"
+
+
+def test_a_gpu_entry_without_a_device_minor_is_skipped_and_counts_for_nothing(thor, tmp_path) -> None:
+    thor.driver(minors=())
+    odd = tmp_path / "proc/driver/nvidia/gpus/0000:01:00.0/information"
+    odd.parent.mkdir(parents=True)
+    odd.write_text("Model: \t\t NVIDIA Thor\nDevice Minor: \t ?\n")
+    result = thor.run()
+    assert result.returncode == 1 and "names no device minor: skipped" in result.stdout
+    assert not [name for name in thor.nodes() if name.startswith("nvidia") and name[6:].isdigit()]
 
 
 def test_the_node_script_is_posix_sh() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,14 +25,25 @@ MACHINE_NAME = {DEVKIT: "jetson-agx-thor", T4000: "jetson-agx-thor-t4000"}
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="the Thor package is .tar.zst: needs zstd")
 
 # initrd-flash's stand-in: what the unified flash would push is the package directory's content;
-# it keeps a copy of the data image it would send (DATAFILE of .env.initrd-flash).
+# it keeps a copy of the data image it would send (DATAFILE of .env.initrd-flash). Like
+# meta-tegra's at the pin on CHIPID 0x26 it tees the unified flash's output into
+# log.initrd-flash.<date> and exits 0 whatever that flash did; UNIFIED_FLASH picks the line
+# NVIDIA's flash_bsp_images.py ends with (none: no result line), INITRD_FLASH_EXIT an early failure.
 INITRD_FLASH = """
 import shutil
 values = dict(line.split('=', 1) for line in open('.env.initrd-flash').read().splitlines() if '=' in line)
 name = values['DATAFILE'].strip('"')
 if name and env.get('CAPTURE_DATA_IMAGE'):
     shutil.copyfile(name, env['CAPTURE_DATA_IMAGE'])
+result = {'done': '\\033[01;32mFlashing finished Successfully!!\\033[0m',
+          'failed': '\\033[01;31mFlashing finished Unsuccessfully!!\\033[0m',
+          'none': ''}[env.get('UNIFIED_FLASH', 'done')]
+with open('log.initrd-flash.2026-11-26-17.30.00', 'w') as log:
+    log.write('Machine:       ' + values['MACHINE'].strip('"') + '\\n')
+    log.write('== Step 5: Running unified flash ==\\n' + result + '\\n')
 print('Found Jetson device in recovery mode'); print('Running unified flash')
+if env.get('INITRD_FLASH_EXIT'):
+    sys.exit(int(env['INITRD_FLASH_EXIT']))
 """
 # The shape of the layouts meta-tegra packs for Thor with our data partition in place: the QSPI
 # template (flash.xml.in, boot firmware only) and the t264 NVMe A/B layout
@@ -130,6 +142,62 @@ def test_partial_flashes_pass_initrd_flashs_own_flags(host_tree, devkit_build, s
     host_tree.add_usb_device("3-1", "0955", "7026")
     flash_thor.run_thor_flash(options(devkit_build, host_tree, method=method), "jetson-agx-thor")
     assert stand_ins.calls("initrd-flash")[0]["argv"] == [flag, "--usb-instance", "3-1"]
+
+
+@pytest.fixture
+def kept_logs(tmp_path, monkeypatch) -> Path:
+    """Where tempfile puts directories during the test, so kept logs land in tmp_path."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return temp
+
+
+def kept_log(message: str) -> str:
+    """The text of the log.initrd-flash.* file in the directory a message names as kept."""
+    kept = Path(re.search(r"kept in (\S+?gpu-k8s-flash-logs-\w+)", message).group(1))
+    (log,) = kept.glob("log.initrd-flash.*")
+    return log.read_text()
+
+
+def test_a_failed_unified_flash_fails_although_initrd_flash_exits_0_and_its_log_is_kept(
+        host_tree, devkit_build, stand_ins, kept_logs, monkeypatch) -> None:
+    # meta-tegra's initrd-flash exits 0 on Thor whatever the unified flash did: only its log knows
+    host_tree.add_usb_device("1-2", "0955", "7026")
+    monkeypatch.setenv("UNIFIED_FLASH", "failed")
+    with pytest.raises(flash.FlashError, match=r"^initrd-flash exited 0, but NVIDIA's unified flash reports a failure"
+                       r".*the board is not flashed; put it back in recovery mode") as failed:
+        flash_thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
+    assert "Flashing finished Unsuccessfully" in kept_log(str(failed.value))
+    assert len(stand_ins.calls("initrd-flash")) == 1
+
+
+def test_a_log_without_the_unified_flashs_result_is_not_called_a_flash(
+        host_tree, devkit_build, stand_ins, kept_logs, monkeypatch) -> None:
+    host_tree.add_usb_device("1-2", "0955", "7026")
+    monkeypatch.setenv("UNIFIED_FLASH", "none")
+    lines = flash_thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
+    assert not lines[0].startswith("flashed")
+    assert "no result line of NVIDIA's unified flash" in lines[0] and "not confirmed" in lines[0]
+    assert "Running unified flash" in kept_log(lines[0])
+
+
+def test_an_initrd_flash_that_exits_non_zero_keeps_its_log_past_the_temporary_package(
+        host_tree, devkit_build, stand_ins, kept_logs, monkeypatch) -> None:
+    host_tree.add_usb_device("1-2", "0955", "7026")
+    monkeypatch.setenv("INITRD_FLASH_EXIT", "3")
+    with pytest.raises(flash.FlashError, match=r"^initrd-flash failed with exit code 3; its logs are kept in ") as no:
+        flash_thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
+    assert "Machine:       jetson-agx-thor-devkit" in kept_log(str(no.value))
+    assert not Path(stand_ins.calls("initrd-flash")[0]["cwd"]).exists(), "the unpacked package itself is gone"
+
+
+def test_the_unified_flash_verdict_reads_nvidias_result_lines() -> None:
+    assert flash_thor.unified_flash_verdict("...\n\x1b[01;32mFlashing finished Successfully!!\x1b[0m\n") == "done"
+    assert flash_thor.unified_flash_verdict("Flashing finished Unsuccessfully!!\n") == "failed"
+    crashed = "Exception 5 raised in flash BSP\nFlashing finished Successfully"  # one die failed, another not
+    assert flash_thor.unified_flash_verdict(crashed) == "failed"
+    assert flash_thor.unified_flash_verdict("== Step 5: Running unified flash ==\nFinished at ...\n") is None
 
 
 @pytest.mark.parametrize(("machine", "product", "seen", "hint"), [

@@ -5,9 +5,16 @@ reports, and every missing piece says why it matters."""
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
+
+import pytest
+
 from tools import build, check_image
 from tools import image_closure as ic
 from tools import image_requirements as req
+from tools.paths import REPO_ROOT
 
 # MACHINEOVERRIDES of jetson-agx-thor-devkit as meta-tegra wrynose's machine includes compose
 # them (tegra-common.inc prepends cuda:tegra:, soc-family.inc tegra264:).
@@ -94,3 +101,40 @@ def test_both_thor_machines_are_checked_against_the_thor_list_and_install_the_na
         assert target.kas_file.split(":")[0] == "kas/jetson-agx-thor.yml"
         assert target.update_payload == build.TEGRA_NATIVE_PAYLOAD and target.default_role == "server"
     assert build.MACHINES["jetson-agx-thor-t4000"].kas_file.endswith(":kas/include/machine-jetson-agx-thor-t4000.yml")
+
+
+# The layers at our pins, where the parse tool keeps them: every name check-image asks for on a
+# Jetson with L4T R39 must be a package some recipe there (or ours) really makes, or check-image
+# reports a piece MISSING that no build could ever supply.
+PARSE_ROOT = Path(os.environ.get("YOCTO_PARSE_ROOT", "/var/tmp/yocto-parse"))
+PINNED_LAYERS = (PARSE_ROOT / "sources-wrynose/meta-tegra", PARSE_ROOT / "sources-wrynose/meta-mender",
+                 Path(os.environ.get("MENDER_TEGRA_LOCAL", "/var/tmp/mender-tegra-local")), REPO_ROOT / "meta-gpu-k8s")
+_PACKAGES = re.compile(r'^PACKAGES(?::[\w-]+)?\s*(?:=\+|\+=|=|\?=)\s*"([^"]*)"', re.M)
+_OOT_MODULE = re.compile(r"\$\{KERNEL_MODULE_PACKAGE_PREFIX\}(kernel-module-[\w-]+)")
+
+
+def declared_packages(layer: Path) -> set[str]:
+    """Each recipe's PN (its file name up to '_'), the names its PACKAGES lines (in the recipe
+    or its .inc files) declare with ${PN} expanded, and nvidia-kernel-oot's nv- module packages."""
+    names: set[str] = set()
+    for recipe in layer.rglob("*.bb"):
+        pn = recipe.name.removesuffix(".bb").split("_")[0]
+        names.add(pn)
+        texts = [recipe.read_text(errors="replace")]
+        texts += [inc.read_text(errors="replace") for inc in recipe.parent.glob("*.inc")]
+        for text in texts:
+            for block in _PACKAGES.findall(text):
+                names |= {word.replace("${PN}", pn) for word in block.split() if word != "\\"}
+            names |= {"nv-" + module for module in _OOT_MODULE.findall(text)}
+    return names
+
+
+@pytest.mark.skipif(not all(layer.is_dir() for layer in PINNED_LAYERS),
+                    reason="the pinned layers (yocto-parse work tree, mender-tegra-local) are not on this host")
+@pytest.mark.parametrize("family", [req.JETSON_THOR, req.JETSON_ORIN])
+def test_every_r39_jetson_requirement_names_a_package_the_pinned_layers_make(family) -> None:
+    made = set().union(*(declared_packages(layer) for layer in PINNED_LAYERS))
+    requirements = req.requirements_for([req.JETSON, family], cuda_packages=["tegra-libraries-cuda"])
+    jetson_only = [r for r in requirements if r not in req.requirements_for([])]
+    unknown = [r.label for r in jetson_only if not set(r.names) & made]
+    assert unknown == []
