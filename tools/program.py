@@ -25,7 +25,32 @@ def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def explain(message: str, context: ParserContext | None, collection: Collection | None) -> str:
+HELP_FLAGS = ("--help", "-h")
+
+
+def help_request(words: list[str], task_names: set[str]) -> str | None:
+    """The task whose help `./task TASK ... --help` asks for, else None.
+
+    invoke fills a task's required positional argument with the next word, so after
+    `rollout` the word `--help` became the version and the task ran instead of its help.
+    The first word that names a task is the task; a help flag anywhere after it asks for
+    that task's help, whatever else is on the line."""
+    for index, word in enumerate(words):
+        if word in task_names:
+            return word if any(flag in words[index + 1:] for flag in HELP_FLAGS) else None
+    return None
+
+
+def option_before(token: str, argv: list[str]) -> str | None:
+    """The option word given just before a value that invoke could not place."""
+    for index, word in enumerate(argv[1:], start=1):
+        if word == token and argv[index - 1].startswith("--"):
+            return argv[index - 1]
+    return None
+
+
+def explain(message: str, context: ParserContext | None, collection: Collection | None,
+            argv: list[str] | None = None) -> str:
     """A clearer one-line message for one of invoke's parse errors (others pass unchanged)."""
     missing = _MISSING.match(message)
     if missing:
@@ -41,8 +66,12 @@ def explain(message: str, context: ParserContext | None, collection: Collection 
         # invoke fills a required option with the next word, a misspelt option included:
         # `rollout --versoin 1.4.0` leaves 1.4.0 over. Name the misspelt one instead.
         taken = [arg.value for arg in context.args.values() if isinstance(arg.value, str) and arg.value[:2] == "--"]
+        # `release --version 1.0.0`: invoke takes --version as its own flag and leaves the value
+        given = option_before(token, argv or [])
         if taken:
             token = taken[0]
+        elif given is not None and given not in context.flags:
+            token = given
         else:
             return (f"{context.name} does not take {token!r}: options are written --name VALUE "
                     f"(./task {context.name} --help)")
@@ -68,11 +97,16 @@ class TaskProgram(Program):
             raise Exit(explain(str(error), getattr(error, "context", None), None), code=USAGE_EXIT) from None
 
     def parse_tasks(self) -> None:
+        asked = help_request(list(self.core.unparsed), set(self.collection.task_names))
+        if asked is not None:
+            self.parser = self._make_parser()
+            self.print_task_help(asked)
+            raise Exit
         try:
             super().parse_tasks()
         except ParseError as error:
             context = getattr(error, "context", None)
-            message = explain(str(error), context, getattr(self, "collection", None))
+            message = explain(str(error), context, getattr(self, "collection", None), list(self.argv or []))
             raise Exit(message, code=USAGE_EXIT) from None
 
 

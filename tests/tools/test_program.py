@@ -35,6 +35,31 @@ def test_parse_errors_name_the_option_and_the_closest_match(args: tuple[str, ...
     assert "positional" not in completed.stderr and "No idea" not in completed.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("rollout", "--help"),  # rollout's version is required: invoke took --help for it and ran the task
+        ("rollout", "-h"),
+        ("rollout", "--version", "1.4.0", "--help"),
+        ("flash", "--machine", "jetson-agx-thor", "--help"),
+        ("release", "--help"),
+    ],
+)
+def test_help_after_the_task_name_prints_that_tasks_help_and_runs_nothing(args: tuple[str, ...]) -> None:
+    completed = task(*args)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.startswith(f"Usage: ./task [--core-opts] {args[0]} ")
+    assert "Docstring:" in completed.stdout and "Options:" in completed.stdout
+    assert completed.stderr == ""
+
+
+def test_an_option_the_task_lacks_is_named_even_where_invoke_keeps_it_for_itself() -> None:
+    # invoke reads --version as its own flag and complains about the value after it
+    completed = task("release", "--version", "1.0.0")
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == "release has no option --version (./task release --help)"
+
+
 def test_the_task_script_runs_this_program() -> None:
     script = (REPO_ROOT / "task").read_text()
     assert '"$repo/tools/program.py" --search-root "$repo"' in script
