@@ -16,7 +16,7 @@ from ..config import loader
 from ..config.settings import ConfigError, Settings
 from ..core import policy
 from ..discovery.base import DiscoveryError
-from ..discovery.select import choose
+from ..discovery.select import Choice, choose
 from ..model import Gpu
 from ..observability import logs
 
@@ -141,15 +141,19 @@ def _to_a_reader(command: Callable[[], int]) -> int:
         return 0
 
 
-def discover_command(settings: Settings, as_json: bool = False) -> int:
+def _discover_once(settings: Settings) -> tuple[Choice, list[Gpu], str]:
+    """The backend the plugin would choose, what it finds, and the error that stopped it ("" when none)."""
     choice = choose(settings)
-    gpus: list[Gpu] = []
-    error = ""
-    if choice.backend is not None:
-        try:
-            gpus = choice.backend.discover()
-        except DiscoveryError as exc:
-            error = str(exc)
+    if choice.backend is None:
+        return choice, [], ""
+    try:
+        return choice, choice.backend.discover(), ""
+    except DiscoveryError as exc:
+        return choice, [], str(exc)
+
+
+def discover_command(settings: Settings, as_json: bool = False) -> int:
+    choice, gpus, error = _discover_once(settings)
     advertised = policy.advertised_devices(gpus, settings)
     if as_json:
         import json
@@ -198,14 +202,8 @@ def metrics_command(settings: Settings, prometheus: bool = False, nvml_module: A
     from ..metrics.table import format_table
     from ..metrics.telemetry import Telemetry, make_collectors
 
-    choice = choose(settings)
-    gpus: list[Gpu] = []
-    why = choice.reason
-    if choice.backend is not None:
-        try:
-            gpus = choice.backend.discover()
-        except DiscoveryError as exc:
-            why = str(exc)
+    choice, gpus, error = _discover_once(settings)
+    why = error or choice.reason
     if not gpus:
         print(f"no GPU: {why}")
         return 1
@@ -230,14 +228,8 @@ def node_labels_command(settings: Settings, output: str) -> int:
     so k3s (which runs this before it starts) is never held up by it."""
     from . import node_labels
 
-    choice = choose(settings)
-    gpus: list[Gpu] = []
-    why = choice.reason
-    if choice.backend is not None:
-        try:
-            gpus = choice.backend.discover()
-        except DiscoveryError as exc:
-            why = str(exc)
+    choice, gpus, error = _discover_once(settings)
+    why = error or choice.reason
     labels = node_labels.gpu_labels(gpus, choice.backend.name if choice.backend else "")
     try:
         if not labels:
