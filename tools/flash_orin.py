@@ -45,19 +45,9 @@ class OrinTarget:
     @property
     def recovery(self) -> usb.RecoveryTarget:
         """What looking for this module in USB recovery mode accepts and says."""
-        expected = ", ".join(
-            f"{usb.NVIDIA_VENDOR_ID}:{pid} {usb.ORIN_RECOVERY_MODELS[pid]}" for pid in sorted(self.product_ids)
-        )
-        return usb.RecoveryTarget(
-            name=self.yocto_machine,
-            product_ids=self.product_ids,
-            several=f"boards for {self.yocto_machine}",
-            wanted=f"board for {self.yocto_machine} ({expected})",
-            missing=f"{self.yocto_machine} ({expected})",
-            flasher="initrd-flash",
-            wrong_module="this image is for another module; build for its MACHINE (docs/layer.md, Jetson Orin)",
-            recovery_howto=self.recovery_howto,
-        )
+        return usb.module_target(self.yocto_machine, self.product_ids, usb.ORIN_RECOVERY_MODELS,
+                                 "this image is for another module; build for its MACHINE (docs/layer.md, Jetson Orin)",
+                                 self.recovery_howto)
 
 
 ORIN_NANO_RECOVERY = (

@@ -66,19 +66,9 @@ class ThorTarget:
     @property
     def recovery(self) -> usb.RecoveryTarget:
         """What looking for this module in USB recovery mode accepts and says."""
-        expected = ", ".join(
-            f"{usb.NVIDIA_VENDOR_ID}:{pid} {usb.THOR_RECOVERY_MODELS[pid]}" for pid in sorted(self.product_ids)
-        )
-        return usb.RecoveryTarget(
-            name=self.yocto_machine,
-            product_ids=self.product_ids,
-            several=f"boards for {self.yocto_machine}",
-            wanted=f"board for {self.yocto_machine} ({expected})",
-            missing=f"{self.yocto_machine} ({expected})",
-            flasher="initrd-flash",
-            wrong_module=f"this image is for another module; {which_machine_for_which_module()}",
-            recovery_howto=self.recovery_howto,
-        )
+        return usb.module_target(self.yocto_machine, self.product_ids, usb.THOR_RECOVERY_MODELS,
+                                 f"this image is for another module; {which_machine_for_which_module()}",
+                                 self.recovery_howto)
 
 
 # Keyed by the Yocto MACHINE of the kas build (a kas override may change it). meta-tegra's

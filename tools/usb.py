@@ -121,6 +121,22 @@ class RecoveryTarget:
     recovery_howto: str
 
 
+def module_target(yocto_machine: str, product_ids: frozenset[str], models: dict[str, str], wrong_module: str,
+                  recovery_howto: str) -> RecoveryTarget:
+    """A module that initrd-flash writes (the Orin's and Thor's), named by its MACHINE and USB ids."""
+    expected = ", ".join(f"{NVIDIA_VENDOR_ID}:{pid} {models[pid]}" for pid in sorted(product_ids))
+    return RecoveryTarget(
+        name=yocto_machine,
+        product_ids=product_ids,
+        several=f"boards for {yocto_machine}",
+        wanted=f"board for {yocto_machine} ({expected})",
+        missing=f"{yocto_machine} ({expected})",
+        flasher="initrd-flash",
+        wrong_module=wrong_module,
+        recovery_howto=recovery_howto,
+    )
+
+
 RECOVERY_HOWTO = (
     "put the Nano in recovery mode: power off, jumper FC REC to GND (pins 9-10 of J50 on "
     "the B01 devkit), power on, connect its micro-USB port straight to this host (no hub, "
