@@ -49,8 +49,10 @@ class Handover(NamedTuple):
 
 # ---------------------------------------------------------------- TOML (the subset nvidia-ctk writes)
 
-_TABLE = re.compile(r"\[\s*([A-Za-z0-9_.\"'-]+)\s*\]")
-_KEY = re.compile(r"""("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=\s*(.*)""")
+# strings, compiled by re (and cached) on first use: the serve path imports this module, and
+# only a start that reads the toolkit's config needs them
+_TABLE = r"\[\s*([A-Za-z0-9_.\"'-]+)\s*\]"
+_KEY = r"""("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*=\s*(.*)"""
 
 
 def _strip_comment(line: str) -> str:
@@ -89,12 +91,12 @@ def parse_toml(text: str) -> dict[str, dict[str, Any]]:
         if not line:
             continue
         where = f"line {number}"
-        table = _TABLE.fullmatch(line)
+        table = re.fullmatch(_TABLE, line)
         if table:
             current = ".".join(part.strip("\"'") for part in table.group(1).split("."))
             tables.setdefault(current, {})
             continue
-        pair = _KEY.fullmatch(line)
+        pair = re.fullmatch(_KEY, line)
         if not pair:
             raise ValueError(f"{where}: {raw.strip()!r} is neither a [table] nor key = value")
         key = pair.group(1).strip("\"'")
