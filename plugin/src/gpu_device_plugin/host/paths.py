@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 
 def host_path_exists(root: str, path: str) -> bool:
@@ -27,7 +28,11 @@ def host_path_exists(root: str, path: str) -> bool:
                 resolved.pop()
             continue
         candidate = os.path.join(root, *resolved, part)
-        if os.path.islink(candidate):
+        try:  # one lstat per component: it both tells a link and proves the name exists
+            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+        except OSError:
+            return False
+        if is_link:
             hops += 1
             if hops > 40:  # the kernel's own limit on links in one lookup (ELOOP)
                 return False
@@ -36,7 +41,5 @@ def host_path_exists(root: str, path: str) -> bool:
                 resolved = []
             pending = [p for p in target.split("/") if p] + pending
             continue
-        if not os.path.lexists(candidate):
-            return False
         resolved.append(part)
     return True
