@@ -6,7 +6,6 @@ layout, where it is partition 13."""
 
 from __future__ import annotations
 
-import configparser
 import os
 import re
 import subprocess
@@ -21,7 +20,7 @@ import tegra_layouts as tl
 from bbfile import parse
 from k3s_layer import resolve, with_classes
 from layer_paths import LAYER, REPO
-from test_orin_layer import NVFLASHXMLPARSE, class_assignments
+from test_orin_layer import NVFLASHXMLPARSE, class_assignments, unit
 
 sys.path.insert(0, str(LAYER / "lib"))
 from gpu_k8s import tegra_layout
@@ -84,13 +83,6 @@ def test_the_node_unit_is_thors_alone_and_the_packagegroup_carries_it():
     # nvidia-uvm.ko is meta-tegra's nvidia-kernel-oot package of that name (TEGRA_OOT_COMPUTE_DRIVERS)
     assert set(recipe.words("RDEPENDS", "${PN}")) == {"kmod", "nv-kernel-module-nvidia-uvm"}
     assert recipe.value("SYSTEMD_SERVICE", "${PN}") == "gpu-k8s-nvidia-nodes.service"
-
-
-def unit(path: Path) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(strict=False, interpolation=None)
-    parser.optionxform = str
-    parser.read(path)
-    return parser
 
 
 def test_the_nodes_exist_before_anything_hands_the_gpu_out_and_nothing_waits_on_a_failure():

@@ -1,7 +1,7 @@
 """Zero-touch join on the Orin: `./task flash --machine jetson-orin-* --server-url --token-file
 --role --label` writes the provisioning into the data partition image of the tegraflash package,
-found through the package's own flash layout (the partition whose file is DATAFILE, as
-meta-mender-tegra's NVMe layout names permanent_user_storage) and `.env.initrd-flash`, before
+found through the package's own flash layout (the partition whose file is DATAFILE, whatever
+its name: meta-mender-tegra's layouts and ours call it permanet_user_storage) and `.env.initrd-flash`, before
 initrd-flash, doexternal.sh or dosdcard.sh write anything. A package built without a data
 partition is refused before anything is flashed. Real ext4 images (mkfs.ext4) read back with
 the real debugfs; stand-ins for meta-tegra's scripts capture the image they would write."""
