@@ -120,6 +120,16 @@ def test_preferred_allocation_never_returns_ids_it_was_not_offered() -> None:
     assert policy.preferred_allocation(["GPU-0001", "GPU-9999"], [], 2, devices) == ["GPU-0001"]
 
 
+@pytest.mark.parametrize("name", ["distributed", "packed"])
+def test_with_no_choice_every_offered_device_is_preferred(name: str) -> None:
+    # a Jetson without sharing offers its one GPU: the answer is that GPU, must-include first
+    devices = by_id([gpu(0)], Settings())
+    assert policy.preferred_allocation(["GPU-0000"], [], 1, devices, name) == ["GPU-0000"]
+    devices = by_id([gpu(0), gpu(1), gpu(2)], Settings())
+    chosen = policy.preferred_allocation(["GPU-0000", "GPU-9999", "GPU-0002"], ["GPU-0002"], 2, devices, name)
+    assert chosen == ["GPU-0002", "GPU-0000"]
+
+
 def test_allocate_maps_replicas_back_to_distinct_physical_gpus() -> None:
     devices = by_id([gpu(0), gpu(1)], sliced(4))
     result = policy.allocate(["GPU-0001::3", "GPU-0001::0", "GPU-0000::2"], devices, sliced(4))
