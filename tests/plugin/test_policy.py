@@ -97,6 +97,7 @@ def test_a_request_no_node_holds_spans_as_few_nodes_as_it_can() -> None:
     assert policy.numa_plan({0: 1, 1: 4}, [0], 3) == [((0,), 1), ((1,), 2)]  # must_include's node first
     assert policy.numa_plan({None: 4}, [], 2) == [((None,), 2)]  # no NUMA information: one group
     assert policy.numa_plan({0: 1}, [], 3) == [((0,), 1)]  # short: give what there is
+    assert policy.numa_plan({1: 3}, [1], 2) == [((1,), 2)]  # one node that is also home
 
 
 def test_packed_numa_and_must_include_together() -> None:

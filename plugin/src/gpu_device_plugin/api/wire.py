@@ -102,6 +102,8 @@ class Message:
 
 
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]  # tags, short lengths, small numbers: nearly every varint written
     if value < 0:
         value += 1 << 64  # negative int32/int64: ten bytes of two's complement, as protobuf writes them
     out = bytearray()
@@ -110,6 +112,9 @@ def _varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
 
 
 def _encode(message: Message, out: bytearray) -> None:
