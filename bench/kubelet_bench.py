@@ -7,9 +7,11 @@ The client is bench/go/kubelet-client: grpc-go, generated v1beta1 stubs, the dev
 manager's calls (Register with dial-back and GetDevicePluginOptions, one ListAndWatch
 stream, then per admission GetPreferredAllocation + Allocate on the one connection). The
 reference is bench/go/reference-plugin, a minimal Go plugin from the same stubs. Each round
-starts every target afresh with its own client: start -> registered, admissions, RSS/PSS
-and idle CPU. Medians over the rounds are printed with our/reference ratios, and with
-the load average, the interpreter and library versions: the figures depend on all of them.
+starts every target afresh with its own client (start -> registered, first admission), then
+times their admissions in slices, the targets taking turns (--slices), so that every target
+is measured over the same minutes of the machine, then reads RSS/PSS and idle CPU. Medians
+over the rounds are printed with our/reference ratios, and with the load average, the
+interpreter and library versions: the figures depend on all of them.
 Our plugin runs on the interpreter running this script (or --python). Standard library only.
 """
 
@@ -228,49 +230,119 @@ def cpu_ms_precise(pid: int) -> float:
     return total / 1e6
 
 
-def measure(target: Target, client_binary: Path, args: argparse.Namespace) -> Sample:
+@dataclass
+class Running:
+    """One target started for a round, with its own client, and what its admissions measured."""
+
+    target: Target
+    work: str
+    client: GoClient
+    proc: subprocess.Popen | None = None
+    start_ms: float = 0.0
+    start_cpu_ms: float = 0.0
+    first_us: float = 0.0
+    times_ns: list[int] = field(default_factory=list)
+    cpu_ms: float = 0.0  # the plugin's CPU during its timed and warm-up admissions
+    admitted: int = 0
+
+    def admit(self, count: int, timed: bool = True) -> None:
+        """`count` admissions; their times are kept if `timed`, the plugin's CPU across them always."""
+        assert self.proc is not None
+        cpu_before = cpu_ms_precise(self.proc.pid)
+        event = self.client.admit(0, count)
+        self.cpu_ms += cpu_ms_precise(self.proc.pid) - cpu_before
+        self.admitted += count
+        admission_figures(event)  # checks the event
+        if timed:
+            self.times_ns += event["ns"]
+
+    def stop(self) -> None:
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
+        finally:
+            self.client.close()
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def start(target: Target, client_binary: Path, args: argparse.Namespace) -> Running:
+    """Start a target with a fresh client: start -> registered, and its first admission."""
     work = tempfile.mkdtemp(prefix="gdp-kb-", dir="/tmp")
     socket_dir = os.path.join(work, "sock")
     os.makedirs(socket_dir)
-    client = GoClient(client_binary, socket_dir)
-    argv = [a.replace("{socket_dir}", socket_dir).replace("{work}", work) for a in target.argv]
-    env = {k: v.replace("{cache_root}", args.cache_root) for k, v in target.env.items()}
-    if "CACHE_DIRECTORY" in env:
-        os.makedirs(env["CACHE_DIRECTORY"], exist_ok=True)
-    prepare(target.name, work)
-    proc = None
+    running = Running(target, work, GoClient(client_binary, socket_dir))
     try:
+        argv = [a.replace("{socket_dir}", socket_dir).replace("{work}", work) for a in target.argv]
+        env = {k: v.replace("{cache_root}", args.cache_root) for k, v in target.env.items()}
+        if "CACHE_DIRECTORY" in env:
+            os.makedirs(env["CACHE_DIRECTORY"], exist_ok=True)
+        prepare(target.name, work)
         started = time.time_ns()
-        proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        registered = client.wait("registered", 30)
-        start_cpu_ms = cpu_ms_precise(proc.pid)
-        start_ms = (registered["unix_ns"] - started) / 1e6
-        first = client.admit(0, 1)["ns"][0] / 1000
-        cpu_before = cpu_ms_precise(proc.pid)
-        event = client.admit(args.warmup, args.admissions)
-        cpu_us = (cpu_ms_precise(proc.pid) - cpu_before) * 1000 / (args.warmup + args.admissions)
-        p50, p99 = admission_figures(event)
+        running.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        registered = running.client.wait("registered", 30)
+        running.start_cpu_ms = cpu_ms_precise(running.proc.pid)
+        running.start_ms = (registered["unix_ns"] - started) / 1e6
+        running.first_us = running.client.admit(0, 1)["ns"][0] / 1000
+    except BaseException:
+        running.stop()
+        raise
+    return running
+
+
+def slice_order(names: Sequence[str], slices: int) -> list[list[str]]:
+    """Which target runs when: every slice runs each target once, the order rotating from slice to
+    slice, so no target always runs first (right after the others' admissions) or last."""
+    n = len(names)
+    return [[names[(i + k) % n] for k in range(n)] for i in range(slices)]
+
+
+def measure_round(chosen: Sequence[Target], client_binary: Path, args: argparse.Namespace) -> list[Sample]:
+    """One round: every target started afresh, one after the other; then their admissions in
+    interleaved slices, so that each target's figures come from the same minutes of the machine
+    (on a shared VM its speed drifts by tens of percent within a minute); then memory and idle CPU,
+    all targets over the same window."""
+    running: list[Running] = []
+    try:
+        for target in chosen:
+            running.append(start(target, client_binary, args))
+        if args.warmup:
+            for r in running:
+                r.admit(args.warmup, timed=False)
+        per_slice = -(-args.admissions // args.slices)
+        by_name = {r.target.name: r for r in running}
+        for order in slice_order(list(by_name), args.slices):
+            for name in order:
+                by_name[name].admit(per_slice)
         time.sleep(args.settle_seconds)  # let the admissions' garbage settle before reading memory
-        rss, pss = memory_mib(proc.pid)
-        libraries = loaded_libraries(proc.pid)
+        memory = {}
+        for r in running:
+            assert r.proc is not None
+            memory[r.target.name] = (*memory_mib(r.proc.pid), loaded_libraries(r.proc.pid))
         # schedstat's nanoseconds, not /proc/PID/stat's clock ticks: a 10 ms tick charged to a
         # thread that happened to be running is alone 0.017 % of a minute
-        cpu0, t0 = cpu_ms_precise(proc.pid), time.monotonic()
+        cpu0 = {r.target.name: cpu_ms_precise(r.proc.pid) for r in running if r.proc is not None}
+        t0 = time.monotonic()
         time.sleep(args.idle_seconds)
-        idle = (cpu_ms_precise(proc.pid) - cpu0) / 1000 / (time.monotonic() - t0) * 100
-        return Sample(target.name, start_ms, start_cpu_ms, first, p50, p99, cpu_us, rss, pss, idle,
-                      os.getloadavg()[0], libraries)
+        elapsed = time.monotonic() - t0
+        load = os.getloadavg()[0]
+        samples = []
+        for r in running:
+            assert r.proc is not None
+            idle = (cpu_ms_precise(r.proc.pid) - cpu0[r.target.name]) / 1000 / elapsed * 100
+            p50, p99 = admission_figures({"event": "admissions", "ns": r.times_ns})
+            rss, pss, libraries = memory[r.target.name]
+            samples.append(Sample(r.target.name, r.start_ms, r.start_cpu_ms, r.first_us, p50, p99,
+                                  r.cpu_ms * 1000 / r.admitted, rss, pss, idle, load, libraries))
+        return samples
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        client.close()
-        shutil.rmtree(work, ignore_errors=True)
+        for r in running:
+            r.stop()
 
 
 def prepare(name: str, work: str) -> None:
@@ -340,6 +412,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="fresh starts of every target (medians over them)")
     parser.add_argument("--admissions", type=int, default=1000, help="timed admissions per target and round")
     parser.add_argument("--warmup", type=int, default=200, help="untimed admissions first (connection, caches)")
+    parser.add_argument("--slices", type=int, default=10,
+                        help="the timed admissions of a round run in this many slices, targets taking turns")
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="idle CPU window per target and round")
     parser.add_argument("--settle-seconds", type=float, default=2.0, help="pause before reading memory")
     parser.add_argument("--target", action="append",
@@ -350,6 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="interpreter our plugin runs on")
     parser.add_argument("--json", metavar="PATH", help="also write every round's figures here")
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.admissions < 1 or args.slices < 1 or args.warmup < 0:
+        parser.error("--rounds, --admissions and --slices take 1 or more, --warmup 0 or more")
     args.cache_root = tempfile.mkdtemp(prefix="gdp-kb-cache-", dir="/tmp")
     try:
         return run(args)
@@ -377,10 +453,9 @@ def run(args: argparse.Namespace) -> int:
                              f"{', '.join(t.name for t in every)}")
         samples = []
         for round_number in range(1, args.rounds + 1):
-            for target in chosen:
-                sample = measure(target, client, args)
+            for sample in measure_round(chosen, client, args):
                 samples.append(sample)
-                print(f"round {round_number} {target.name}: start {sample.start_ms:.0f} ms "
+                print(f"round {round_number} {sample.target}: start {sample.start_ms:.0f} ms "
                       f"({sample.start_cpu_ms:.0f} ms CPU), first admission {sample.first_us:.0f} us, admission p50 "
                       f"{sample.p50_us:.0f} us p99 {sample.p99_us:.0f} us ({sample.cpu_us:.0f} us CPU), "
                       f"RSS {sample.rss_mib:.1f} MiB "

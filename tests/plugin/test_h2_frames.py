@@ -10,7 +10,7 @@ import struct
 from collections.abc import Callable, Iterator
 
 import pytest
-from gpu_device_plugin.api import grpc_server
+from gpu_device_plugin.api import grpc_server, wire
 from h2_peer import (
     ACK,
     ALLOCATE,
@@ -337,6 +337,18 @@ def test_a_request_that_is_not_grpc_gets_an_http_status_and_a_line_of_text(
     assert int(headers[b"content-length"]) == len(body)
     assert not [f for f in seen if f.kind == RST_STREAM], "the request was complete: no RST_STREAM"
     assert peer.alive()
+
+
+def test_a_unary_answer_is_headers_one_message_and_ok_trailers_on_its_stream(peer: Peer) -> None:
+    peer.send(peer.call(7, allocate_request("a", "b")))
+    fields, data, seen = peer.response(7)
+    frames = [f for f in seen if f.stream == 7]
+    assert [(f.kind, f.flags) for f in frames] == [(HEADERS, END_HEADERS), (DATA, 0),
+                                                   (HEADERS, END_HEADERS | END_STREAM)]
+    assert fields == {b":status": b"200", b"content-type": b"application/grpc", b"grpc-status": b"0"}
+    assert data[:5] == struct.pack(">BI", 0, len(data) - 5)
+    answer = wire.AllocateResponse.FromString(data[5:])
+    assert answer.container_responses[0].envs == {"IDS": "a,b"}
 
 
 def test_a_rejected_request_that_ended_with_its_headers_gets_no_rst_stream(peer: Peer) -> None:

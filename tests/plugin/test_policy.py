@@ -97,6 +97,7 @@ def test_a_request_no_node_holds_spans_as_few_nodes_as_it_can() -> None:
     assert policy.numa_plan({0: 1, 1: 4}, [0], 3) == [((0,), 1), ((1,), 2)]  # must_include's node first
     assert policy.numa_plan({None: 4}, [], 2) == [((None,), 2)]  # no NUMA information: one group
     assert policy.numa_plan({0: 1}, [], 3) == [((0,), 1)]  # short: give what there is
+    assert policy.numa_plan({1: 3}, [1], 2) == [((1,), 2)]  # one node that is also home
 
 
 def test_packed_numa_and_must_include_together() -> None:
@@ -118,6 +119,16 @@ def test_many_replicas_are_spread_or_packed_exactly(name: str, per_gpu: list[int
 def test_preferred_allocation_never_returns_ids_it_was_not_offered() -> None:
     devices = by_id([gpu(0), gpu(1)], Settings())
     assert policy.preferred_allocation(["GPU-0001", "GPU-9999"], [], 2, devices) == ["GPU-0001"]
+
+
+@pytest.mark.parametrize("name", ["distributed", "packed"])
+def test_with_no_choice_every_offered_device_is_preferred(name: str) -> None:
+    # a Jetson without sharing offers its one GPU: the answer is that GPU, must-include first
+    devices = by_id([gpu(0)], Settings())
+    assert policy.preferred_allocation(["GPU-0000"], [], 1, devices, name) == ["GPU-0000"]
+    devices = by_id([gpu(0), gpu(1), gpu(2)], Settings())
+    chosen = policy.preferred_allocation(["GPU-0000", "GPU-9999", "GPU-0002"], ["GPU-0002"], 2, devices, name)
+    assert chosen == ["GPU-0002", "GPU-0000"]
 
 
 def test_allocate_maps_replicas_back_to_distinct_physical_gpus() -> None:

@@ -82,3 +82,18 @@ def test_without_the_go_programs_it_says_how_to_build_them(kb, tmp_path, monkeyp
     monkeypatch.setattr(kb, "GO_BIN", tmp_path)
     assert kb.main(["--rounds", "1"]) == 2
     assert "bench/go/build.sh" in capsys.readouterr().err
+
+
+def test_targets_take_turns_and_each_leads_equally_often(kb) -> None:
+    order = kb.slice_order(["go", "simulated", "tegra"], 6)
+    assert order[:3] == [["go", "simulated", "tegra"], ["simulated", "tegra", "go"], ["tegra", "go", "simulated"]]
+    assert all(sorted(s) == ["go", "simulated", "tegra"] for s in order)
+    assert [s[0] for s in order].count("tegra") == 2
+
+
+@pytest.mark.parametrize("flag", ["--slices", "--admissions", "--rounds"])
+def test_counts_below_one_are_refused_before_anything_starts(kb, flag, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        kb.main([flag, "0"])
+    assert exit_info.value.code == 2
+    assert "1 or more" in capsys.readouterr().err

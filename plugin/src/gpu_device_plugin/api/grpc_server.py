@@ -73,6 +73,10 @@ _OUR_SETTINGS = h2.settings({
 _RESPONSE_HEADERS = h2.header_block([(b":status", b"200"), (b"content-type", b"application/grpc")])
 _OK_TRAILERS = h2.header_block([(b"grpc-status", b"0")])
 _TABLE_SIZE_ZERO = b"\x20"  # HPACK dynamic table size update to 0: we never index anything
+# A unary answer (response headers, one DATA frame with the message, OK trailers) is two packs
+# around the message: a third of the time of making its three frames one by one.
+_ANSWER_HEAD = struct.Struct(f">HBBBI{len(_RESPONSE_HEADERS)}sHBBBIBI")
+_ANSWER_TAIL = struct.Struct(f">HBBBI{len(_OK_TRAILERS)}s")
 
 
 class Watch(Protocol):
@@ -236,19 +240,20 @@ class _Connection:
                 raise h2.ProtocolError("not an HTTP/2 client")
             pos = len(h2.PREFACE)
             self.preface_seen = True
-        size = len(buf)
+        data = bytes(buf)  # one copy: each payload is then sliced from it as bytes, copied once
+        size = len(data)
         out = self.out
         try:
             while size - pos >= 9 and not self.closing:
                 if len(out) >= OUT_LIMIT:  # the peer is not reading: read nothing more until it does
                     self.paused = True
                     break
-                length, kind, flags, stream_id = h2.parse_header(buf, pos)
+                length, kind, flags, stream_id = h2.parse_header(data, pos)
                 if length > h2.DEFAULT_MAX_FRAME:  # we never raise SETTINGS_MAX_FRAME_SIZE
                     raise h2.ProtocolError(f"a {length}-byte frame is above our maximum", h2.FRAME_SIZE_ERROR)
                 if size - pos - 9 < length:
                     break
-                payload = bytes(buf[pos + 9:pos + 9 + length])
+                payload = data[pos + 9:pos + 9 + length]
                 pos += 9 + length
                 if not self.settings_seen and (kind != h2.SETTINGS or flags & h2.ACK):
                     raise h2.ProtocolError("the client preface must end with a SETTINGS frame")
@@ -586,10 +591,12 @@ class _Connection:
         if length <= self.send_window and length <= stream.send_window and length <= self.peer_max_frame \
                 and not self.table_update and len(self.out) < OUT_LIMIT:
             sid = stream.id
-            self.out += b"".join((
-                h2.frame(h2.HEADERS, h2.END_HEADERS, sid, _RESPONSE_HEADERS),
-                h2.frame(h2.DATA, 0, sid, struct.pack(">BI", 0, len(message)) + message),
-                h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, sid, _OK_TRAILERS)))
+            out = self.out
+            out += _ANSWER_HEAD.pack(0, len(_RESPONSE_HEADERS), h2.HEADERS, h2.END_HEADERS, sid, _RESPONSE_HEADERS,
+                                     length >> 8, length & 0xFF, h2.DATA, 0, sid, 0, len(message))
+            out += message
+            out += _ANSWER_TAIL.pack(0, len(_OK_TRAILERS), h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, sid,
+                                     _OK_TRAILERS)
             self.send_window -= length
             del self.streams[sid]  # the request ended before we answered: the stream is closed
             self._remember_closed(sid, False)

@@ -71,9 +71,13 @@ class Message:
     _defaults: tuple[tuple[str, Any, Any], ...] = ()
 
     def __init__(self, **values: Any) -> None:
-        if values and not values.keys() <= self._names:
+        if not values:  # what decoding makes: defaults only
+            for name, default, factory in self._defaults:  # factory: a fresh list or dict per message
+                setattr(self, name, factory() if factory else default)
+            return
+        if not values.keys() <= self._names:
             raise TypeError(f"{type(self).__name__} has no field {', '.join(values.keys() - self._names)}")
-        for name, default, factory in self._defaults:  # factory: a fresh list or dict per message
+        for name, default, factory in self._defaults:
             value = values.get(name, _UNSET)
             setattr(self, name, value if value is not _UNSET else factory() if factory else default)
 
@@ -98,6 +102,8 @@ class Message:
 
 
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]  # tags, short lengths, small numbers: nearly every varint written
     if value < 0:
         value += 1 << 64  # negative int32/int64: ten bytes of two's complement, as protobuf writes them
     out = bytearray()
@@ -106,6 +112,9 @@ def _varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
 
 
 def _encode(message: Message, out: bytearray) -> None:
@@ -160,14 +169,22 @@ def _decode(message: Message, data: memoryview) -> None:
     pos, end = 0, len(data)
     by_number = message._by_number
     while pos < end:
-        key, pos = _read_varint(data, pos)
+        key = data[pos]
+        if key < 0x80:  # one-byte keys and lengths are nearly all of them: read inline
+            pos += 1
+        else:
+            key, pos = _read_varint(data, pos)
         number, wire_type = key >> 3, key & 7
         if number == 0:
             raise DecodeError("field number 0")
         if wire_type == _VARINT:
             value, pos = _read_varint(data, pos)
         elif wire_type == _LENGTH:
-            length, pos = _read_varint(data, pos)
+            if pos < end and data[pos] < 0x80:
+                length = data[pos]
+                pos += 1
+            else:
+                length, pos = _read_varint(data, pos)
             if pos + length > end:
                 raise DecodeError("truncated length-delimited field")
             value, pos = data[pos:pos + length], pos + length

@@ -105,10 +105,12 @@ def preferred_allocation(
         return chosen  # must_include alone fills the request (the kubelet never asks for fewer)
     taken = set(chosen)
     candidates = [d for d in dict.fromkeys(available) if d in devices and d not in taken]
+    if len(chosen) + len(candidates) <= size:
+        return chosen + candidates  # no choice: every offered device is needed (one GPU, no sharing)
     available_set = set(available)
     # Replicas of a GPU that are advertised but not offered are in use by other containers.
-    in_use = Counter(d.gpu.id for i, d in devices.items() if i not in available_set)
-    picked = Counter(devices[i].gpu.id for i in chosen)
+    in_use = _count(d.gpu.id for i, d in devices.items() if i not in available_set)
+    picked = _count(devices[i].gpu.id for i in chosen)
     home = {devices[i].gpu.numa_node for i in chosen}
     by_node: dict[int | None, list[str]] = {}
     for device_id in candidates:
@@ -127,6 +129,9 @@ def numa_plan(free: Mapping[int | None, int], home: Iterable[int | None],
     `free` is the number of offered devices per node (None: unknown node), `home` the nodes
     already holding part of the request.
     """
+    if len(free) == 1:  # one node (or none known): the plan is that node, whatever is home
+        node, count = next(iter(free.items()))
+        return [((node,), min(need, count))] if min(need, count) > 0 else []
     home_nodes = tuple(sorted((n for n in set(home) if n in free), key=_node_key))
     plan: list[tuple[tuple[int | None, ...], int]] = []
     home_free = sum(free[n] for n in home_nodes)
@@ -146,6 +151,13 @@ def numa_plan(free: Mapping[int | None, int], home: Iterable[int | None],
     return plan
 
 
+def _count(gpu_ids: Iterable[str]) -> dict[str, int]:
+    """Occurrences per GPU: a plain dict, as Counter costs several times more on the admission path."""
+    counts: dict[str, int] = {}
+    _add(counts, gpu_ids)
+    return counts
+
+
 def _node_key(node: int | None) -> tuple[bool, int]:
     return (node is None, node or 0)
 
@@ -159,10 +171,11 @@ def _by_gpu(group: Sequence[str], devices: Mapping[str, AdvertisedDevice]) -> di
 
 
 def _pick_distributed(group: Sequence[str], count: int, devices: Mapping[str, AdvertisedDevice],
-                      picked: Counter[str], in_use: Counter[str]) -> list[str]:
+                      picked: dict[str, int], in_use: Mapping[str, int]) -> list[str]:
     """Round robin over GPUs: fewest picked in this request, then least in use, then index."""
     per_gpu = _by_gpu(group, devices)
-    heap = [(picked[gid], in_use[gid] + picked[gid], devices[ids[0]].gpu.index, gid) for gid, ids in per_gpu.items()]
+    heap = [(picked.get(gid, 0), in_use.get(gid, 0) + picked.get(gid, 0), devices[ids[0]].gpu.index, gid)
+            for gid, ids in per_gpu.items()]
     heapq.heapify(heap)
     out: list[str] = []
     next_replica = dict.fromkeys(per_gpu, 0)
@@ -172,18 +185,24 @@ def _pick_distributed(group: Sequence[str], count: int, devices: Mapping[str, Ad
         next_replica[gid] += 1
         if next_replica[gid] < len(per_gpu[gid]):
             heapq.heappush(heap, (n_picked + 1, load + 1, index, gid))
-    picked.update(devices[i].gpu.id for i in out)
+    _add(picked, (devices[i].gpu.id for i in out))
     return out
 
 
 def _pick_packed(group: Sequence[str], count: int, devices: Mapping[str, AdvertisedDevice],
-                 picked: Counter[str], in_use: Counter[str]) -> list[str]:
+                 picked: dict[str, int], in_use: Mapping[str, int]) -> list[str]:
     """Drain the busiest GPU first (most in use or picked, then index)."""
     per_gpu = _by_gpu(group, devices)
-    order = sorted(per_gpu, key=lambda gid: (-(in_use[gid] + picked[gid]), devices[per_gpu[gid][0]].gpu.index))
+    order = sorted(per_gpu, key=lambda gid: (-(in_use.get(gid, 0) + picked.get(gid, 0)),
+                                             devices[per_gpu[gid][0]].gpu.index))
     out = [device_id for gid in order for device_id in per_gpu[gid]][:count]
-    picked.update(devices[i].gpu.id for i in out)
+    _add(picked, (devices[i].gpu.id for i in out))
     return out
+
+
+def _add(counts: dict[str, int], gpu_ids: Iterable[str]) -> None:
+    for gpu_id in gpu_ids:
+        counts[gpu_id] = counts.get(gpu_id, 0) + 1
 
 
 # ---------------------------------------------------------------- allocate
@@ -203,8 +222,8 @@ def validate_request(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice]
     unknown = [i for i in ids if i not in devices]
     if unknown:
         raise AllocationError(f"unknown device IDs: {_named(sorted(set(unknown)))}")
-    dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
-    if dupes:
+    if len(set(ids)) != len(ids):
+        dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
         raise AllocationError(f"device IDs requested more than once: {_named(dupes)}")
     ts = settings.time_slicing
     if ts.replicas > 1 and ts.fail_requests_greater_than_one and len(ids) > 1:

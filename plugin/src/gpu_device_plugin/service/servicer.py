@@ -153,7 +153,7 @@ class DevicePluginServicer:
         response = wire.AllocateResponse()
         for creq, alloc in zip(request.container_requests, allocations, strict=True):
             response.container_responses.append(wire.ContainerAllocateResponse(
-                envs=dict(alloc.envs), annotations=dict(alloc.annotations),
+                envs=alloc.envs, annotations=alloc.annotations,  # made for this answer: no copy
                 mounts=[wire.Mount(container_path=c, host_path=h, read_only=r) for c, h, r in alloc.mounts],
                 devices=[wire.DeviceSpec(container_path=c, host_path=h, permissions=p)
                          for c, h, p in alloc.device_specs],
