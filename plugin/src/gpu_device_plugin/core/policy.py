@@ -130,8 +130,9 @@ def numa_plan(free: Mapping[int | None, int], home: Iterable[int | None],
     already holding part of the request.
     """
     if len(free) == 1:  # one node (or none known): the plan is that node, whatever is home
-        node, count = next(iter(free.items()))
-        return [((node,), min(need, count))] if min(need, count) > 0 else []
+        node, offered = next(iter(free.items()))
+        count = min(need, offered)
+        return [((node,), count)] if count > 0 else []
     home_nodes = tuple(sorted((n for n in set(home) if n in free), key=_node_key))
     plan: list[tuple[tuple[int | None, ...], int]] = []
     home_free = sum(free[n] for n in home_nodes)
