@@ -12,14 +12,17 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "plugin" / "src"
 
 
-def test_the_policy_core_does_not_import_the_cli_or_argparse() -> None:
-    probe = ("import sys, gpu_device_plugin.core.policy, gpu_device_plugin.service.servicer, "
-             "gpu_device_plugin.core.state; "
-             "print(sorted(m for m in ('argparse', 'gpu_device_plugin.cli.main', 'gpu_device_plugin.config.loader') "
-             "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
+def loaded_after(probe: str, names: tuple[str, ...]) -> list[str]:
+    """Which of `names` a fresh interpreter has loaded after running `probe`."""
+    code = probe + f"import json, sys\nprint(json.dumps(sorted(m for m in {names!r} if m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True,
                          text=True, check=True).stdout
-    assert out.strip() == "[]"
+    return json.loads(out)
+
+
+def test_the_policy_core_does_not_import_the_cli_or_argparse() -> None:
+    probe = "import gpu_device_plugin.core.policy, gpu_device_plugin.service.servicer, gpu_device_plugin.core.state\n"
+    assert loaded_after(probe, ("argparse", "gpu_device_plugin.cli.main", "gpu_device_plugin.config.loader")) == []
 
 
 # What `gpu-device-plugin` (the unit's ExecStart) imports before it serves, as the start imports it.
@@ -42,13 +45,6 @@ SERVE_MODULES = ("gpu_device_plugin.session.daemon", "gpu_device_plugin.session.
                  "gpu_device_plugin.cdi.lifecycle", "gpu_device_plugin.observability.readiness")
 
 
-def loaded_after(probe: str, names: tuple[str, ...]) -> list[str]:
-    code = probe + f"import json, sys\nprint(json.dumps(sorted(m for m in {names!r} if m in sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True,
-                         text=True, check=True).stdout
-    return json.loads(out)
-
-
 def test_the_serve_path_imports_nothing_a_start_does_not_need() -> None:
     assert loaded_after(SERVE_PATH, NOT_AT_START) == []
 
@@ -64,13 +60,9 @@ def test_the_start_probe_sees_a_heavy_import() -> None:
 
 
 def test_gpu_telemetry_reads_the_kubelet_and_the_hardware_without_grpcio_protobuf_or_eager_nvml() -> None:
-    probe = ("import sys\n"
-             "from gpu_device_plugin.metrics import telemetry, podresources, tegra, nvml, table\n"
-             "from gpu_device_plugin import observability\n"
-             "print(sorted(m for m in ('grpc', 'google.protobuf', 'pynvml', 'http.server') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(SRC)}, capture_output=True,
-                         text=True, check=True).stdout
-    assert out.strip() == "[]"
+    probe = ("from gpu_device_plugin.metrics import telemetry, podresources, tegra, nvml, table\n"
+             "from gpu_device_plugin import observability\n")
+    assert loaded_after(probe, ("grpc", "google.protobuf", "pynvml", "http.server")) == []
 
 
 def test_the_metrics_listener_loads_no_http_library_and_no_tls() -> None:
