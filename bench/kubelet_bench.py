@@ -32,7 +32,9 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 GO_BIN = Path(os.environ.get("BENCH_GO_OUT", ROOT / "build" / "bench-go")) / "bin"  # as bench/go/build.sh
 NANO_FIXTURE = ROOT / "tests" / "plugin" / "fixtures" / "jetson-nano"
@@ -245,12 +247,16 @@ class Running:
     cpu_ms: float = 0.0  # the plugin's CPU during its timed and warm-up admissions
     admitted: int = 0
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "start() sets the process"
+        return self.proc.pid
+
     def admit(self, count: int, timed: bool = True) -> None:
         """`count` admissions; their times are kept if `timed`, the plugin's CPU across them always."""
-        assert self.proc is not None
-        cpu_before = cpu_ms_precise(self.proc.pid)
+        cpu_before = cpu_ms_precise(self.pid)
         event = self.client.admit(0, count)
-        self.cpu_ms += cpu_ms_precise(self.proc.pid) - cpu_before
+        self.cpu_ms += cpu_ms_precise(self.pid) - cpu_before
         self.admitted += count
         admission_figures(event)  # checks the event
         if timed:
@@ -286,7 +292,7 @@ def start(target: Target, client_binary: Path, args: argparse.Namespace) -> Runn
         running.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
         registered = running.client.wait("registered", 30)
-        running.start_cpu_ms = cpu_ms_precise(running.proc.pid)
+        running.start_cpu_ms = cpu_ms_precise(running.pid)
         running.start_ms = (registered["unix_ns"] - started) / 1e6
         running.first_us = running.client.admit(0, 1)["ns"][0] / 1000
     except BaseException:
@@ -295,11 +301,11 @@ def start(target: Target, client_binary: Path, args: argparse.Namespace) -> Runn
     return running
 
 
-def slice_order(names: Sequence[str], slices: int) -> list[list[str]]:
+def slice_order(targets: Sequence[T], slices: int) -> list[list[T]]:
     """Which target runs when: every slice runs each target once, the order rotating from slice to
     slice, so no target always runs first (right after the others' admissions) or last."""
-    n = len(names)
-    return [[names[(i + k) % n] for k in range(n)] for i in range(slices)]
+    n = len(targets)
+    return [[targets[(i + k) % n] for k in range(n)] for i in range(slices)]
 
 
 def measure_round(chosen: Sequence[Target], client_binary: Path, args: argparse.Namespace) -> list[Sample]:
@@ -315,28 +321,22 @@ def measure_round(chosen: Sequence[Target], client_binary: Path, args: argparse.
             for r in running:
                 r.admit(args.warmup, timed=False)
         per_slice = -(-args.admissions // args.slices)
-        by_name = {r.target.name: r for r in running}
-        for order in slice_order(list(by_name), args.slices):
-            for name in order:
-                by_name[name].admit(per_slice)
+        for order in slice_order(running, args.slices):
+            for r in order:
+                r.admit(per_slice)
         time.sleep(args.settle_seconds)  # let the admissions' garbage settle before reading memory
-        memory = {}
-        for r in running:
-            assert r.proc is not None
-            memory[r.target.name] = (*memory_mib(r.proc.pid), loaded_libraries(r.proc.pid))
+        memory = [(*memory_mib(r.pid), loaded_libraries(r.pid)) for r in running]
         # schedstat's nanoseconds, not /proc/PID/stat's clock ticks: a 10 ms tick charged to a
         # thread that happened to be running is alone 0.017 % of a minute
-        cpu0 = {r.target.name: cpu_ms_precise(r.proc.pid) for r in running if r.proc is not None}
+        cpu0 = [cpu_ms_precise(r.pid) for r in running]
         t0 = time.monotonic()
         time.sleep(args.idle_seconds)
         elapsed = time.monotonic() - t0
         load = os.getloadavg()[0]
         samples = []
-        for r in running:
-            assert r.proc is not None
-            idle = (cpu_ms_precise(r.proc.pid) - cpu0[r.target.name]) / 1000 / elapsed * 100
+        for r, (rss, pss, libraries), before in zip(running, memory, cpu0, strict=True):
+            idle = (cpu_ms_precise(r.pid) - before) / 1000 / elapsed * 100
             p50, p99 = admission_figures({"event": "admissions", "ns": r.times_ns})
-            rss, pss, libraries = memory[r.target.name]
             samples.append(Sample(r.target.name, r.start_ms, r.start_cpu_ms, r.first_us, p50, p99,
                                   r.cpu_ms * 1000 / r.admitted, rss, pss, idle, load, libraries))
         return samples
