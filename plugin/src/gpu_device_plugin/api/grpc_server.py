@@ -240,20 +240,19 @@ class _Connection:
                 raise h2.ProtocolError("not an HTTP/2 client")
             pos = len(h2.PREFACE)
             self.preface_seen = True
-        data = bytes(buf)  # one copy: each payload is then sliced from it as bytes, copied once
-        size = len(data)
+        size = len(buf)
         out = self.out
         try:
             while size - pos >= 9 and not self.closing:
                 if len(out) >= OUT_LIMIT:  # the peer is not reading: read nothing more until it does
                     self.paused = True
                     break
-                length, kind, flags, stream_id = h2.parse_header(data, pos)
+                length, kind, flags, stream_id = h2.parse_header(buf, pos)
                 if length > h2.DEFAULT_MAX_FRAME:  # we never raise SETTINGS_MAX_FRAME_SIZE
                     raise h2.ProtocolError(f"a {length}-byte frame is above our maximum", h2.FRAME_SIZE_ERROR)
                 if size - pos - 9 < length:
                     break
-                payload = data[pos + 9:pos + 9 + length]
+                payload = bytes(buf[pos + 9:pos + 9 + length])
                 pos += 9 + length
                 if not self.settings_seen and (kind != h2.SETTINGS or flags & h2.ACK):
                     raise h2.ProtocolError("the client preface must end with a SETTINGS frame")
