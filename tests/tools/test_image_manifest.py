@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tools import image_manifest as im
-from tools import image_requirements as req
+from tools.image import manifest as im
+from tools.image import requirements as req
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GROUP = REPO_ROOT / "meta-gpu-k8s/recipes-core/packagegroups/packagegroup-gpu-k8s.bb"

@@ -4,9 +4,9 @@ the probe reports, and every missing piece says why it matters."""
 
 from __future__ import annotations
 
-from tools import build, check_image
-from tools import image_closure as ic
-from tools import image_requirements as req
+from tools.image import build, check_image
+from tools.image import closure as ic
+from tools.image import requirements as req
 
 # MACHINEOVERRIDES of jetson-orin-nano-devkit-nvme as meta-tegra wrynose's machine includes
 # compose them (tegra-common.inc prepends cuda:tegra:, soc-family.inc tegra234:).

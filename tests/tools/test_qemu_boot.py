@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tools import qemu, smoke_test, testdeps
+from tools.dev import testdeps
+from tools.smoke import qemu, smoke_test
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUSYBOX = Path("/bin/busybox")

@@ -18,7 +18,7 @@ from fake_tegra import TegraBoard
 from gpu_k8s_update.ab.tegra import parse_slots_info
 from provisioning import SERIAL, Disks, gate_env, start_k3s
 
-from tools.provision import Provisioning, node_files, validate
+from tools.flash.provision import Provisioning, node_files, validate
 
 ORIN = "jetson-orin-nano-devkit-nvme"
 URL = f"https://updates.example/1.1.0/gpu-k8s-image-{ORIN}.mender"

@@ -11,8 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import blockdev, build, console, process, provision, usb
-from tools.build import MACHINES
+from tools import console, process
+from tools.flash import blockdev, provision, usb
+from tools.image import build
+from tools.image.build import MACHINES
 from tools.usage import UsageError
 
 NANO_MACHINE = "jetson-nano"

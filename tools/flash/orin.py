@@ -14,9 +14,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import console, process, usb
-from tools.build import MACHINES
-from tools.flash import (
+from tools import console, process
+from tools.flash import usb
+from tools.flash.flash import (
     FlashError,
     FlashOptions,
     FlashUsageError,
@@ -30,7 +30,8 @@ from tools.flash import (
     refuse_unsafe_target,
     write_image_file,
 )
-from tools.provision import ProvisionError, check_role, manifest_beside
+from tools.flash.provision import ProvisionError, check_role, manifest_beside
+from tools.image.build import MACHINES
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools import tegraflash_layout
+from tools.flash import tegraflash_layout
 from tools.usage import UsageError
 
 # Where gpu-k8s-data keeps provisioning files, relative to the data partition's root.

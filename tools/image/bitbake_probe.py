@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def load_closure_module():
-    path = Path(__file__).resolve().with_name("image_closure.py")
+    path = Path(__file__).resolve().with_name("closure.py")
     spec = importlib.util.spec_from_file_location("image_closure", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["image_closure"] = module  # dataclasses look their module up by name

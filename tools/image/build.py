@@ -10,8 +10,10 @@ from pathlib import Path
 
 import yaml
 
-from tools import console, hostcheck, image_manifest, preflight, process
-from tools import image_requirements as req
+from tools import console, process
+from tools.image import hostcheck, preflight
+from tools.image import manifest as image_manifest
+from tools.image import requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
 from tools.usage import UsageError
 

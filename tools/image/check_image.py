@@ -16,13 +16,14 @@ from pathlib import Path
 
 import yaml
 
-from tools import build, console, hostcheck, preflight, process
-from tools import image_closure as closure_mod
-from tools import image_requirements as req
+from tools import console, process
+from tools.image import build, hostcheck, preflight
+from tools.image import closure as closure_mod
+from tools.image import requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
 from tools.usage import UsageError
 
-PROBE = REPO_ROOT / "tools" / "bitbake_probe.py"
+PROBE = REPO_ROOT / "tools" / "image" / "bitbake_probe.py"
 
 
 class CheckImageError(Exception):

@@ -12,7 +12,7 @@ import re
 import tarfile
 from pathlib import Path
 
-from tools import image_requirements as req
+from tools.image import requirements as req
 
 
 def find_manifest(deploy_dir: Path, image: str, machine: str) -> Path | None:
