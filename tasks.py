@@ -1,6 +1,6 @@
 """invoke tasks for meta-gpu-k8s: `./task --list`, `./task --help TASK`.
 
-Only wiring lives here; the work is in tools/ (one module per task)."""
+Only wiring lives here; the work is in tools/ (a package per group of tasks, one module per task)."""
 
 from __future__ import annotations
 

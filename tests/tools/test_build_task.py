@@ -380,7 +380,7 @@ def test_each_role_has_its_kas_include_and_work_dir_and_the_default_role_keeps_t
 
 
 def test_default_roles_are_the_layers_own(tmp_path: Path) -> None:
-    """tools/build.py's table says what gpu_k8s_role.bbclass decides, SoC by SoC."""
+    """tools/image/build.py's table says what gpu_k8s_role.bbclass decides, SoC by SoC."""
     import re
 
     text = (build.REPO_ROOT / "meta-gpu-k8s/classes/gpu_k8s_role.bbclass").read_text()

@@ -38,7 +38,7 @@ SINGLE_LAYOUT = (
 )
 
 
-# The --machine name (tools/build.py) of each Yocto MACHINE.
+# The --machine name (tools/image/build.py) of each Yocto MACHINE.
 MACHINE_NAME = {"jetson-orin-nano-devkit-nvme": "jetson-orin-nano", "jetson-orin-nano-devkit": "jetson-orin-nano-sd",
                 "jetson-agx-orin-devkit": "jetson-agx-orin"}
 

@@ -1,5 +1,5 @@
 """`./task flash --machine NAME [--role R]` finds what `./task build --machine NAME [--role R]`
-made, for every machine and role (the directories come from tools/build.py itself), and writes
+made, for every machine and role (the directories come from tools/image/build.py itself), and writes
 an x86-64 node's A/B disk image like an SD card: the disk checks, then the provisioning onto
 its data partition."""
 

@@ -1,4 +1,4 @@
-"""Runtime closure resolution (tools/image_closure.py) on parse data built here, shaped like
+"""Runtime closure resolution (tools/image/closure.py) on parse data built here, shaped like
 what bitbake reports for our Jetson and x86-64 images at the pinned upstream commits."""
 
 from __future__ import annotations

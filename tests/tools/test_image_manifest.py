@@ -1,4 +1,4 @@
-"""The after-build check (tools/image_manifest.py) on fake deploy and pkgdata directories laid
+"""The after-build check (tools/image/manifest.py) on fake deploy and pkgdata directories laid
 out as kirkstone writes them, and the requirement list kept equal to what the layer installs."""
 
 from __future__ import annotations

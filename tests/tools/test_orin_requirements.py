@@ -19,7 +19,7 @@ ORIN_GPU = ["nv-kernel-module-nvgpu", "nv-kernel-module-nvmap", "nv-kernel-modul
             "tegra-configs-udev", "tegra-libraries-cuda", "nvidia-container-toolkit", "libnvidia-container-tools",
             "tegra-configs-container-csv", "tegra-container-passthrough", "gpu-k8s-nvidia-runtime-config",
             "nv-tegra-release", "cuda-cudart"]
-# A/B updates (meta-mender-tegra's native scheme): tools/image_requirements.py _jetson_orin_updates
+# A/B updates (meta-mender-tegra's native scheme): tools/image/requirements.py _jetson_orin_updates
 ORIN_UPDATES = ["mender-update", "tegra-rootfs-update-module", "tegra-redundant-boot-base", "tegra-uefi-capsules",
                 "gpu-k8s-data", "gpu-k8s-update", "gpu-k8s-watchdog"]
 

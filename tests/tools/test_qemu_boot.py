@@ -1,7 +1,7 @@
 """QEMU for real: a Debian kernel and a busybox initramfs the test builds stand in for the
 image. Proves serial capture, the SSH port forward into the guest, the boot-wait timeout,
 early exits, -snapshot, and that QEMU is gone after success, failure, timeout, SIGINT and
-SIGTERM. Host packages come from `./task test` (tools/testdeps.py)."""
+SIGTERM. Host packages come from `./task test` (tools/dev/testdeps.py)."""
 
 from __future__ import annotations
 

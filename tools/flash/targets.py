@@ -1,10 +1,10 @@
 """`./task flash --machine NAME`: which path writes which machine's image.
 
-The Nano's tegraflash package (tools/flash.py), the Orin's (tools/flash_orin.py), the Thor's
-(tools/flash_thor.py: over USB only), and the x86-64 node's A/B disk image (.uefiimg), written
+The Nano's tegraflash package (tools/flash/flash.py), the Orin's (tools/flash/orin.py), the Thor's
+(tools/flash/thor.py: over USB only), and the x86-64 node's A/B disk image (.uefiimg), written
 to the drive that goes into the PC with bmaptool, after the same disk checks and with the same
 provisioning as an SD card. Each finds what `./task build --machine NAME [--role R]` made
-(tools/build.py)."""
+(tools/image/build.py)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ as a USB drive, and meta-tegra's dosdcard.sh / doexternal.sh are for the Orin on
 device of this host is ever written, so --device, --force-device, --sd-image and the
 sdcard/external methods are refused. The board stays in the flashing initrd until it is power
 cycled or reset (docs/Flashing.md, step 4). Provisioning goes into the package's data image first,
-as on the Orin (tools/provision.py). On Thor initrd-flash exits 0 whatever the unified flash did,
+as on the Orin (tools/flash/provision.py). On Thor initrd-flash exits 0 whatever the unified flash did,
 so the unified flash's own result line in initrd-flash's log decides whether the board was flashed."""
 
 from __future__ import annotations
@@ -157,10 +157,10 @@ def check_host_tools(options: FlashOptions) -> None:
 
 
 def run_thor_flash(options: FlashOptions, machine: str) -> list[str]:
-    """Flash a Thor (`--machine` NAME of tools/build.py); returns summary lines. Raises
+    """Flash a Thor (`--machine` NAME of tools/image/build.py); returns summary lines. Raises
     FlashError having run no script when an option, the board, the host or the package is not
     right; nothing of this host but a temporary directory is ever written. With provisioning,
-    the package's data partition image gets it first (tools/provision.py)."""
+    the package's data partition image gets it first (tools/flash/provision.py)."""
     target = thor_target(MACHINES[machine].yocto_machine)
     token = provisioning_token(options)
     refuse_host_writes(options, target)

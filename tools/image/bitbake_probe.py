@@ -1,9 +1,9 @@
-"""Runs INSIDE the bitbake environment (`kas shell FILE -c "python3 tools/bitbake_probe.py ..."`):
+"""Runs INSIDE the bitbake environment (`kas shell FILE -c "python3 tools/image/bitbake_probe.py ..."`):
 resolves an image's runtime closure from bitbake's own parse data through tinfoil and writes
 it, with the machine facts the requirement list needs, as JSON.
 
 The host python3 runs it (bitbake's Python), so it uses only the stdlib, bitbake's `bb`
-and `tools/image_closure.py`, which it loads by path; no third-party packages."""
+and `tools/image/closure.py`, which it loads by path; no third-party packages."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """`check-image`: what will the image contain? Answered from bitbake's parse data in
 minutes, before a build that takes hours.
 
-kas sets up the layers and the build environment; inside it `tools/bitbake_probe.py`
+kas sets up the layers and the build environment; inside it `tools/image/bitbake_probe.py`
 resolves the image's runtime closure with tinfoil and writes JSON; here the closure is
-checked against `image_requirements` and reported, missing pieces with why they matter."""
+checked against `requirements` (tools/image/requirements.py) and reported, missing pieces with why they matter."""
 
 from __future__ import annotations
 
