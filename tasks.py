@@ -1,6 +1,6 @@
 """invoke tasks for meta-gpu-k8s: `./task --list`, `./task --help TASK`.
 
-Only wiring lives here; the work is in tools/ (one module per task)."""
+Only wiring lives here; the work is in tools/ (a package per group of tasks, one module per task)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ from pathlib import Path
 
 from invoke import Context, Exit, task
 
-from tools import build as build_module
-from tools import check_image as check_image_module
 from tools import console
-from tools import flash as flash_module
-from tools import flash_targets as flash_targets_module
-from tools import lint as lint_module
-from tools import provision as provision_module
-from tools import release as release_module
-from tools import rollout as rollout_module
-from tools import smoke_test as smoke_module
-from tools import suite as suite_module
+from tools.dev import lint as lint_module
+from tools.dev import suite as suite_module
+from tools.flash import flash as flash_module
+from tools.flash import provision as provision_module
+from tools.flash import targets as flash_targets_module
+from tools.fleet import release as release_module
+from tools.fleet import rollout as rollout_module
+from tools.image import build as build_module
+from tools.image import check_image as check_image_module
 from tools.paths import BUILD_ROOT
+from tools.smoke import smoke_test as smoke_module
 from tools.usage import exit_status
 
 

@@ -71,9 +71,9 @@ def test_every_jetson_build_is_an_ab_image_whose_keys_come_from_the_environment(
 
 @pytest.mark.parametrize("machine", ["jetson-orin-nano", "jetson-orin-nano-sd", "jetson-agx-orin"])
 def test_an_orin_build_without_keys_is_refused_before_kas_starts(machine, tmp_path):
-    # ./task build runs this before any build work (tools/preflight.py, the layer's own rule),
+    # ./task build runs this before any build work (tools/image/preflight.py, the layer's own rule),
     # on the kas file as build.py names it: a machine override is joined with a colon
-    from tools import build, preflight
+    from tools.image import build, preflight
     kas_file = preflight.kas_paths(build.MACHINES[machine].kas_file, root=REPO)
     problem = preflight.signing_problem(kas_file, "gpu-k8s-image", {}, tmp_path / "site.conf")
     assert "MENDER_ARTIFACT_SIGNING_KEY and MENDER_ARTIFACT_VERIFY_KEY are not set" in problem

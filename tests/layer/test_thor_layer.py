@@ -315,7 +315,7 @@ def test_thors_kernel_gets_the_tegra_watchdog_with_the_ab_class():
 @pytest.mark.parametrize("machine", ["jetson-agx-thor", "jetson-agx-thor-t4000"])
 def test_a_thor_build_without_keys_is_refused_before_kas_starts(machine, tmp_path):
     # the Thor kas file includes the A/B setup, and the T4000's colon-joined override keeps it
-    from tools import build, preflight
+    from tools.image import build, preflight
     kas_file = preflight.kas_paths(build.MACHINES[machine].kas_file, root=REPO)
     problem = preflight.signing_problem(kas_file, "gpu-k8s-image", {}, tmp_path / "site.conf")
     assert "MENDER_ARTIFACT_SIGNING_KEY and MENDER_ARTIFACT_VERIFY_KEY are not set" in problem

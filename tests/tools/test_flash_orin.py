@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import flash, flash_orin, flash_targets, usb
+from tools.flash import flash, orin, targets, usb
 
 GB = 1000**3
 
@@ -38,7 +38,7 @@ SINGLE_LAYOUT = (
 )
 
 
-# The --machine name (tools/build.py) of each Yocto MACHINE.
+# The --machine name (tools/image/build.py) of each Yocto MACHINE.
 MACHINE_NAME = {"jetson-orin-nano-devkit-nvme": "jetson-orin-nano", "jetson-orin-nano-devkit": "jetson-orin-nano-sd",
                 "jetson-agx-orin-devkit": "jetson-agx-orin"}
 
@@ -90,7 +90,7 @@ def device_content(host_tree, name: str) -> bytes:
 def test_full_flash_runs_initrd_flash_on_the_port_of_the_orin_nano_found(host_tree, nvme_build, stand_ins) -> None:
     host_tree.add_usb_device("1-4", "0955", "7f21")  # a Nano on another port is not flashed
     host_tree.add_usb_device("1-2", "0955", "7523", serial="1421924000123")
-    (line,) = flash_orin.run_orin_flash(options(nvme_build, host_tree), "jetson-orin-nano")
+    (line,) = orin.run_orin_flash(options(nvme_build, host_tree), "jetson-orin-nano")
     (call,) = stand_ins.calls("initrd-flash")
     assert call["argv"] == ["--usb-instance", "1-2"]
     assert "gpu-k8s-flash-" in call["cwd"] and not Path(call["cwd"]).exists()  # unpacked, then cleaned up
@@ -100,14 +100,14 @@ def test_full_flash_runs_initrd_flash_on_the_port_of_the_orin_nano_found(host_tr
 @pytest.mark.parametrize(("method", "flag"), [("spi-only", "--qspi-only"), ("external-only", "--external-only")])
 def test_partial_flashes_pass_initrd_flashs_own_flags(host_tree, nvme_build, stand_ins, method, flag) -> None:
     host_tree.add_usb_device("3-1", "0955", "7523")
-    flash_orin.run_orin_flash(options(nvme_build, host_tree, method=method), "jetson-orin-nano")
+    orin.run_orin_flash(options(nvme_build, host_tree, method=method), "jetson-orin-nano")
     assert stand_ins.calls("initrd-flash")[0]["argv"] == [flag, "--usb-instance", "3-1"]
 
 
 def test_agx_orin_is_found_by_its_own_id(tmp_path, host_tree, host_tools) -> None:
     build_dir = orin_build(tmp_path, host_tools, "jetson-agx-orin-devkit")
     host_tree.add_usb_device("2-1", "0955", "7023")
-    (line,) = flash_orin.run_orin_flash(options(build_dir, host_tree), "jetson-agx-orin")
+    (line,) = orin.run_orin_flash(options(build_dir, host_tree), "jetson-agx-orin")
     assert host_tools.calls("initrd-flash")[0]["argv"] == ["--usb-instance", "2-1"]
     assert "Jetson AGX Orin" in line
 
@@ -120,7 +120,7 @@ def test_agx_orin_is_found_by_its_own_id(tmp_path, host_tree, host_tools) -> Non
 def test_a_board_of_another_module_is_refused_and_nothing_runs(host_tree, nvme_build, stand_ins, product, seen):
     host_tree.add_usb_device("1-2", "0955", product)
     with pytest.raises(flash.FlashError) as refused:
-        flash_orin.run_orin_flash(options(nvme_build, host_tree), "jetson-orin-nano")
+        orin.run_orin_flash(options(nvme_build, host_tree), "jetson-orin-nano")
     assert "no board for jetson-orin-nano-devkit-nvme (0955:7523 Jetson Orin Nano 8GB" in str(refused.value)
     assert seen in str(refused.value) and "this image is for another module" in str(refused.value)
     assert stand_ins.calls("initrd-flash") == []
@@ -130,28 +130,28 @@ def test_two_boards_of_the_module_are_refused_and_nothing_runs(host_tree, nvme_b
     host_tree.add_usb_device("1-2", "0955", "7523")
     host_tree.add_usb_device("2-2", "0955", "7523")
     with pytest.raises(flash.FlashError, match=r"^2 boards for jetson-orin-nano-devkit-nvme .*initrd-flash flashes"):
-        flash_orin.run_orin_flash(options(nvme_build, host_tree), "jetson-orin-nano")
+        orin.run_orin_flash(options(nvme_build, host_tree), "jetson-orin-nano")
     assert stand_ins.calls("initrd-flash") == []
 
 
 def test_no_board_in_recovery_says_how_to_get_there(host_tree, nvme_build, stand_ins) -> None:
     host_tree.add_usb_device("1-5", "0955", "7020")  # a running Jetson, not in recovery mode
     with pytest.raises(flash.FlashError, match=r"no jetson-orin-nano-devkit-nvme .* found on USB; .*FC REC to GND"):
-        flash_orin.run_orin_flash(options(nvme_build, host_tree), "jetson-orin-nano")
+        orin.run_orin_flash(options(nvme_build, host_tree), "jetson-orin-nano")
     assert stand_ins.calls("initrd-flash") == []
 
 
 def test_agx_recovery_howto_names_its_buttons(tmp_path, host_tree, host_tools) -> None:
     build_dir = orin_build(tmp_path, host_tools, "jetson-agx-orin-devkit")
     with pytest.raises(flash.FlashError, match="Force Recovery button"):
-        flash_orin.run_orin_flash(options(build_dir, host_tree), "jetson-agx-orin")
+        orin.run_orin_flash(options(build_dir, host_tree), "jetson-agx-orin")
 
 
 def test_two_orin_nanos_in_recovery_are_refused(host_tree, nvme_build, stand_ins) -> None:
     host_tree.add_usb_device("1-2", "0955", "7523")
     host_tree.add_usb_device("2-2", "0955", "7523")
     with pytest.raises(flash.FlashError, match="2 boards for jetson-orin-nano-devkit-nvme"):
-        flash_orin.run_orin_flash(options(nvme_build, host_tree), "jetson-orin-nano")
+        orin.run_orin_flash(options(nvme_build, host_tree), "jetson-orin-nano")
     assert stand_ins.calls("initrd-flash") == []
 
 
@@ -170,19 +170,19 @@ def test_missing_host_tools_are_named_with_their_packages_before_anything_runs(
     monkeypatch.setenv("PATH", str(stand_ins.bin_dir))  # no zstd, dtc, cpp, sgdisk, udisksctl
     with pytest.raises(flash.FlashError, match=r"needs zstd \(apt-get install zstd\), dtc \(apt-get install "
                        r"device-tree-compiler\), cpp .*sgdisk \(apt-get install gdisk\), udisksctl"):
-        flash_orin.run_orin_flash(options(build_dir, host_tree), "jetson-orin-nano")
+        orin.run_orin_flash(options(build_dir, host_tree), "jetson-orin-nano")
     assert stand_ins.calls("initrd-flash") == []
 
 
 def test_missing_package_says_how_to_build_it(host_tree, tmp_path, host_tools) -> None:
     with pytest.raises(flash.FlashError, match=r"tegraflash-tar.zst; build it first with "
                        r"`./task build --machine jetson-orin-nano` \(or pass --package PATH\)"):
-        flash_orin.run_orin_flash(options(tmp_path / "empty", host_tree), "jetson-orin-nano")
+        orin.run_orin_flash(options(tmp_path / "empty", host_tree), "jetson-orin-nano")
 
 
 def test_dry_run_shows_every_command_and_runs_none(host_tree, nvme_build, stand_ins, capsys) -> None:
     host_tree.add_usb_device("1-2", "0955", "7523")
-    flash_orin.run_orin_flash(options(nvme_build, host_tree, dry_run=True), "jetson-orin-nano")
+    orin.run_orin_flash(options(nvme_build, host_tree, dry_run=True), "jetson-orin-nano")
     out = capsys.readouterr().out
     assert "would run: tar --zstd -xf " in out
     assert "./initrd-flash --usb-instance 1-2" in out
@@ -205,14 +205,14 @@ def test_unsafe_drives_are_refused_before_unpacking_and_nothing_is_written(
     name = device.removeprefix("/dev/")
     before = device_content(host_tree, name)
     with pytest.raises(flash.FlashError, match=f"refusing to write {device}: .*{reason}"):
-        flash_orin.run_orin_flash(options(nvme_build, host_tree, method="external", device=device, yes=True),
+        orin.run_orin_flash(options(nvme_build, host_tree, method="external", device=device, yes=True),
                                   "jetson-orin-nano")
     assert stand_ins.calls("doexternal.sh") == []
     assert device_content(host_tree, name) == before
 
 
 def test_a_safe_drive_is_written_by_doexternal_after_confirmation(host_tree, nvme_build, stand_ins) -> None:
-    (line,) = flash_orin.run_orin_flash(options(nvme_build, host_tree, method="external", device="/dev/sdb",
+    (line,) = orin.run_orin_flash(options(nvme_build, host_tree, method="external", device="/dev/sdb",
                                                 yes=True), "jetson-orin-nano")
     (call,) = stand_ins.calls("doexternal.sh")
     assert call["argv"] == ["-y", str(host_tree.root / "dev" / "sdb")]
@@ -222,7 +222,7 @@ def test_a_safe_drive_is_written_by_doexternal_after_confirmation(host_tree, nvm
 
 def test_a_safe_drive_still_needs_confirmation(host_tree, nvme_build, stand_ins) -> None:
     with pytest.raises(flash.FlashError, match="needs confirmation"):
-        flash_orin.run_orin_flash(options(nvme_build, host_tree, method="external", device="/dev/sdb"),
+        orin.run_orin_flash(options(nvme_build, host_tree, method="external", device="/dev/sdb"),
                                   "jetson-orin-nano", interactive=False)
     assert stand_ins.calls("doexternal.sh") == []
     assert device_content(host_tree, "sdb").startswith(b"ORIGINAL")
@@ -232,20 +232,20 @@ def test_ab_layout_needs_room_for_both_root_slots(tmp_path, host_tree, host_tool
     # 600 MB rootfs: one slot fits the 1 GB card, the redundant layout's two do not.
     ab = orin_build(tmp_path / "ab", host_tools, "jetson-orin-nano-devkit-nvme", rootfs_bytes=600 * 1000**2)
     with pytest.raises(flash.FlashError, match="refusing to write /dev/sdd: .*smaller than the image"):
-        flash_orin.run_orin_flash(options(ab, host_tree, method="external", device="/dev/sdd", yes=True),
+        orin.run_orin_flash(options(ab, host_tree, method="external", device="/dev/sdd", yes=True),
                                   "jetson-orin-nano")
     assert host_tools.calls("doexternal.sh") == []
     assert device_content(host_tree, "sdd").startswith(b"ORIGINAL")
     single = orin_build(tmp_path / "single", host_tools, "jetson-orin-nano-devkit-nvme",
                         rootfs_bytes=600 * 1000**2, layout=SINGLE_LAYOUT)
-    flash_orin.run_orin_flash(options(single, host_tree, method="external", device="/dev/sdd", yes=True),
+    orin.run_orin_flash(options(single, host_tree, method="external", device="/dev/sdd", yes=True),
                               "jetson-orin-nano")
     assert device_content(host_tree, "sdd") == b"WRITTEN BY doexternal.sh"
 
 
 def test_sd_devkit_card_is_written_by_dosdcard(tmp_path, host_tree, host_tools) -> None:
     build_dir = orin_build(tmp_path, host_tools, "jetson-orin-nano-devkit", layout=SINGLE_LAYOUT)
-    flash_orin.run_orin_flash(options(build_dir, host_tree, method="sdcard", device="/dev/sdb", yes=True),
+    orin.run_orin_flash(options(build_dir, host_tree, method="sdcard", device="/dev/sdb", yes=True),
                               "jetson-orin-nano-sd")
     assert host_tools.calls("dosdcard.sh")[0]["argv"] == ["-y", str(host_tree.root / "dev" / "sdb")]
     assert device_content(host_tree, "sdb") == b"WRITTEN BY dosdcard.sh"
@@ -254,7 +254,7 @@ def test_sd_devkit_card_is_written_by_dosdcard(tmp_path, host_tree, host_tools) 
 def test_sd_image_without_a_device_is_made_and_kept(tmp_path, host_tree, host_tools) -> None:
     build_dir = orin_build(tmp_path, host_tools, "jetson-orin-nano-devkit", layout=SINGLE_LAYOUT)
     kept = tmp_path / "out" / "orin.sdcard"
-    (line,) = flash_orin.run_orin_flash(options(build_dir, host_tree, method="sdcard", output=kept),
+    (line,) = orin.run_orin_flash(options(build_dir, host_tree, method="sdcard", output=kept),
                                         "jetson-orin-nano-sd")
     assert host_tools.calls("dosdcard.sh")[0]["argv"] == ["-y", "-s", "32G", "-b", "gpu-k8s-image"]
     assert kept.stat().st_size == 2 * GB and str(kept) in line
@@ -271,7 +271,7 @@ def test_methods_that_do_not_fit_the_machine_are_refused(
         tmp_path, host_tree, host_tools, machine, method, device, message) -> None:
     build_dir = orin_build(tmp_path, host_tools, machine)
     with pytest.raises(flash.FlashError, match=message):
-        flash_orin.run_orin_flash(options(build_dir, host_tree, method=method, device=device, yes=True),
+        orin.run_orin_flash(options(build_dir, host_tree, method=method, device=device, yes=True),
                                   MACHINE_NAME[machine])
     for script in ("initrd-flash", "dosdcard.sh", "doexternal.sh"):
         assert host_tools.calls(script) == []
@@ -284,18 +284,18 @@ def test_machine_names_pick_the_nano_the_orin_or_the_disk_path(host_tree, nvme_b
                                                                 monkeypatch) -> None:
     host_tree.add_usb_device("1-2", "0955", "7523")
     opts = options(nvme_build, host_tree)
-    flash_targets.flash_machine("jetson-orin-nano", opts)
+    targets.flash_machine("jetson-orin-nano", opts)
     assert len(stand_ins.calls("initrd-flash")) == 1
     seen = []
     monkeypatch.setattr(flash, "run_flash", lambda o, machine: seen.append((o, machine)) or ["nano"])
-    assert flash_targets.flash_machine("jetson-nano", opts) == ["nano"] and seen == [(opts, "jetson-nano")]
-    monkeypatch.setattr(flash_targets, "run_disk_flash", lambda o, machine: [machine])
-    assert flash_targets.flash_machine("x86-64", opts) == ["x86-64"]
+    assert targets.flash_machine("jetson-nano", opts) == ["nano"] and seen == [(opts, "jetson-nano")]
+    monkeypatch.setattr(targets, "run_disk_flash", lambda o, machine: [machine])
+    assert targets.flash_machine("x86-64", opts) == ["x86-64"]
     with pytest.raises(flash.FlashUsageError, match=r"--machine 'qemu' cannot be flashed \(a QEMU image boots in QEMU: "
                        r"./task smoke-test\); choose one of: x86-64, x86-64-scarthgap, jetson-nano, "
                        r"jetson-orin-nano, jetson-orin-nano-sd, jetson-agx-orin, jetson-agx-thor, "
                        r"jetson-agx-thor-t4000"):
-        flash_targets.flash_machine("qemu", opts)
+        targets.flash_machine("qemu", opts)
 
 
 def test_a_kept_orin_sd_image_is_written_with_bmaptool_after_the_checks(tmp_path, host_tree, host_tools) -> None:
@@ -303,9 +303,9 @@ def test_a_kept_orin_sd_image_is_written_with_bmaptool_after_the_checks(tmp_path
     image.write_bytes(b"x" * 1024)
     host_tools.add("bmaptool", "open(argv[-1], 'wb').write(b'WRITTEN BY bmaptool')\n")
     with pytest.raises(flash.FlashError, match="refusing to write /dev/sda"):
-        flash_orin.run_orin_flash(options(tmp_path, host_tree, sd_image=image, device="/dev/sda", yes=True),
+        orin.run_orin_flash(options(tmp_path, host_tree, sd_image=image, device="/dev/sda", yes=True),
                                   "jetson-orin-nano-sd", interactive=False)
     assert device_content(host_tree, "sda").startswith(b"ORIGINAL")
-    flash_orin.run_orin_flash(options(tmp_path, host_tree, sd_image=image, device="/dev/sdb", yes=True),
+    orin.run_orin_flash(options(tmp_path, host_tree, sd_image=image, device="/dev/sdb", yes=True),
                               "jetson-orin-nano-sd", interactive=False)
     assert device_content(host_tree, "sdb") == b"WRITTEN BY bmaptool"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from disk_images import ext4, read_back
 
-from tools import flash, flash_orin, provision
+from tools.flash import flash, orin, provision
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("debugfs") and shutil.which("mkfs.ext4") and shutil.which("zstd")),
@@ -114,7 +114,7 @@ def agent(token: Path, **changes) -> provision.Provisioning:
 
 def run(host_tree, provisioning: provision.Provisioning, **changes) -> list[str]:
     options = flash.FlashOptions(root=host_tree.root, provisioning=provisioning, **changes)
-    return flash_orin.run_orin_flash(options, "jetson-orin-nano", interactive=False)
+    return orin.run_orin_flash(options, "jetson-orin-nano", interactive=False)
 
 
 def test_an_orin_agent_flashed_over_usb_carries_its_join_on_the_data_partition(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import flash, flash_orin, usb
+from tools.flash import flash, orin, usb
 
 GB = 1000**3
 
@@ -299,7 +299,7 @@ def test_two_nanos_are_refused(host_tree) -> None:
         usb.select_recovery_board(usb.find_recovery_boards(host_tree.root), usb.NANO)
 
 
-ORIN_NANO = flash_orin.ORIN_TARGETS["jetson-orin-nano-devkit-nvme"].recovery
+ORIN_NANO = orin.ORIN_TARGETS["jetson-orin-nano-devkit-nvme"].recovery
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,9 @@ import pytest
 import yaml
 from mender_artifacts import make_artifact
 
-from tools import build, hostcheck, paths, release
+from tools import paths
+from tools.fleet import release
+from tools.image import build, hostcheck
 from tools.program import program
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

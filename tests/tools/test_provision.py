@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from disk_images import DATA_AT, HAVE_E2FSPROGS, ext4, gpt_disk, read_back
 
-from tools import flash, provision
+from tools.flash import flash, provision
 
 pytestmark = pytest.mark.skipif(not HAVE_E2FSPROGS,
                                 reason="needs e2fsprogs (debugfs, mkfs.ext4), as the flash task itself does")

@@ -1,7 +1,7 @@
 """QEMU for real: a Debian kernel and a busybox initramfs the test builds stand in for the
 image. Proves serial capture, the SSH port forward into the guest, the boot-wait timeout,
 early exits, -snapshot, and that QEMU is gone after success, failure, timeout, SIGINT and
-SIGTERM. Host packages come from `./task test` (tools/testdeps.py)."""
+SIGTERM. Host packages come from `./task test` (tools/dev/testdeps.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tools import qemu, smoke_test, testdeps
+from tools.dev import testdeps
+from tools.smoke import qemu, smoke_test
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUSYBOX = Path("/bin/busybox")

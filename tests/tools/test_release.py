@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from mender_artifacts import make_artifact
 
-from tools import build, release
+from tools.fleet import release
+from tools.image import build
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools import rollout
+from tools.fleet import rollout
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import pytest
 from invoke import Collection
 
 import tasks
-from tools import lint, suite, venvs
+from tools.dev import lint, suite, venvs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import testdeps
+from tools.dev import testdeps
 
 
 def unpacked_kernel_package(root: Path) -> Path:
@@ -137,7 +137,7 @@ def test_an_apt_process_holding_the_lock_is_waited_for_not_a_reason_to_skip(
 
 
 def test_a_leg_whose_qemu_tests_were_skipped_never_reads_pass() -> None:
-    from tools import suite
+    from tools.dev import suite
 
     asked = testdeps.QemuTestSetup({}, "apt-get install qemu-system-x86 failed: E: Could not get lock")
     status, detail = suite.with_qemu_verdict("pass", "", asked)

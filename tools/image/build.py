@@ -10,8 +10,10 @@ from pathlib import Path
 
 import yaml
 
-from tools import console, hostcheck, image_manifest, preflight, process
-from tools import image_requirements as req
+from tools import console, process
+from tools.image import hostcheck, preflight
+from tools.image import manifest as image_manifest
+from tools.image import requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
 from tools.usage import UsageError
 
@@ -37,7 +39,7 @@ class MachineTarget:
     kas_file: str
     yocto_machine: str
     default_image: str
-    kinds: tuple[str, ...] = ()  # which image_requirements lists the image must meet
+    kinds: tuple[str, ...] = ()  # which image/requirements.py lists the image must meet
     default_role: str = "server"
     update_payload: str = ROOTFS_PAYLOAD
     board: str = ""  # what it runs on, for people choosing a --machine
@@ -362,7 +364,7 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
     if absent and not options.dry_run:
         raise BuildError(
             f"{', '.join(absent)} does not exist; the layer's kas files are missing from this checkout "
-            "(or renamed: update MACHINES in tools/build.py)"
+            "(or renamed: update MACHINES in tools/image/build.py)"
         )
     if absent:
         console.warn(f"{', '.join(absent)} does not exist yet (continuing: --dry-run)")

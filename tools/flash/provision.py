@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools import tegraflash_layout
+from tools.flash import tegraflash_layout
 from tools.usage import UsageError
 
 # Where gpu-k8s-data keeps provisioning files, relative to the data partition's root.
@@ -254,7 +254,7 @@ REBUILD = ("rebuild the image (./task build) and flash the board with the new pa
 
 def data_image_in(package_dir: Path, rebuild: str = REBUILD) -> tuple[Path, tegraflash_layout.DataPartition]:
     """The unpacked package's data partition image, found through its flash layouts
-    (tools/tegraflash_layout.py). Raises ProvisionError naming what the package lacks."""
+    (tools/flash/tegraflash_layout.py). Raises ProvisionError naming what the package lacks."""
     try:
         partitions = tegraflash_layout.data_partitions(package_dir)
     except tegraflash_layout.LayoutError as error:

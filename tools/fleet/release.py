@@ -24,7 +24,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from tools import build, console, provision
+from tools import console
+from tools.flash import provision
+from tools.image import build
 from tools.paths import BUILD_ROOT
 from tools.usage import UsageError
 

@@ -1,18 +1,18 @@
 """`./task flash --machine NAME`: which path writes which machine's image.
 
-The Nano's tegraflash package (tools/flash.py), the Orin's (tools/flash_orin.py), the Thor's
-(tools/flash_thor.py: over USB only), and the x86-64 node's A/B disk image (.uefiimg), written
+The Nano's tegraflash package (tools/flash/flash.py), the Orin's (tools/flash/orin.py), the Thor's
+(tools/flash/thor.py: over USB only), and the x86-64 node's A/B disk image (.uefiimg), written
 to the drive that goes into the PC with bmaptool, after the same disk checks and with the same
 provisioning as an SD card. Each finds what `./task build --machine NAME [--role R]` made
-(tools/build.py)."""
+(tools/image/build.py)."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from tools import flash, flash_orin, flash_thor
-from tools.build import MACHINES
+from tools.flash import flash, orin, thor
+from tools.image.build import MACHINES
 
 # Machines whose image is a whole disk: meta-mender's A/B .uefiimg (never the plain .wic
 # beside it, which has no second slot and so can take no update).
@@ -25,9 +25,9 @@ def kind(machine: str) -> str | None:
     yocto_machine = MACHINES[machine].yocto_machine
     if yocto_machine == flash.NANO.yocto_machine:
         return "nano"
-    if flash_orin.is_orin(yocto_machine):
+    if orin.is_orin(yocto_machine):
         return "orin"
-    if flash_thor.is_thor(yocto_machine):
+    if thor.is_thor(yocto_machine):
         return "thor"
     return "disk" if yocto_machine in DISK_MACHINES else None
 
@@ -66,9 +66,9 @@ def flash_machine(machine: str, options: flash.FlashOptions) -> list[str]:
                                     f"{', '.join(flashable_machines())}")
     path = kind(machine)
     if path == "orin":
-        return flash_orin.run_orin_flash(options, machine)
+        return orin.run_orin_flash(options, machine)
     if path == "thor":
-        return flash_thor.run_thor_flash(options, machine)
+        return thor.run_thor_flash(options, machine)
     if path == "disk":
         return run_disk_flash(options, machine)
     return flash.run_flash(options, machine=machine)

@@ -1,9 +1,9 @@
 """`check-image`: what will the image contain? Answered from bitbake's parse data in
 minutes, before a build that takes hours.
 
-kas sets up the layers and the build environment; inside it `tools/bitbake_probe.py`
+kas sets up the layers and the build environment; inside it `tools/image/bitbake_probe.py`
 resolves the image's runtime closure with tinfoil and writes JSON; here the closure is
-checked against `image_requirements` and reported, missing pieces with why they matter."""
+checked against `requirements` (tools/image/requirements.py) and reported, missing pieces with why they matter."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ from pathlib import Path
 
 import yaml
 
-from tools import build, console, hostcheck, preflight, process
-from tools import image_closure as closure_mod
-from tools import image_requirements as req
+from tools import console, process
+from tools.image import build, hostcheck, preflight
+from tools.image import closure as closure_mod
+from tools.image import requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
 from tools.usage import UsageError
 
-PROBE = REPO_ROOT / "tools" / "bitbake_probe.py"
+PROBE = REPO_ROOT / "tools" / "image" / "bitbake_probe.py"
 
 
 class CheckImageError(Exception):

@@ -6,13 +6,13 @@ version of each recipe, then PREFERRED_RPROVIDER, then PREFERRED_PROVIDER of wha
 provides) and finding the package inside that recipe that carries the name (PACKAGES,
 then RPROVIDES, then a PACKAGES_DYNAMIC pattern such as the kernel's `kernel-module-.*`).
 
-Pure: the parse data comes from a `PackageSource`. `tools/bitbake_probe.py` backs it with
+Pure: the parse data comes from a `PackageSource`. `tools/image/bitbake_probe.py` backs it with
 tinfoil inside the bitbake environment; tests back it with dictionaries. Stdlib only and
 Python 3.8 syntax, because the probe runs on the build host's own python3.
 
 What parse data cannot show: dependencies added while packaging (shared-library and
 kernel-module dependencies) and whether a dynamic package (a kernel module) is really made;
-the manifest check after a build (`tools/image_manifest.py`) covers those."""
+the manifest check after a build (`tools/image/manifest.py`) covers those."""
 
 from __future__ import annotations
 

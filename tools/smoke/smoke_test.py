@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tools import console, qemu
-from tools.build import MACHINES, BuildOptions, deploy_dir, machine_target
-from tools.build import build_environment as kas_environment
+from tools import console
+from tools.image.build import MACHINES, BuildOptions, deploy_dir, machine_target
+from tools.image.build import build_environment as kas_environment
+from tools.smoke import qemu
 from tools.usage import UsageError
 
 UNITS = ("docker", "k3s", "gpu-device-plugin")

@@ -1,4 +1,4 @@
-"""After a build: does the image's manifest hold what `image_requirements` asks for?
+"""After a build: does the image's manifest hold what `requirements` (tools/image/requirements.py) asks for?
 
 The manifest (`<image>-<machine>.manifest` in the deploy directory, one `name arch version`
 line per installed package) is the truth about a built image. Packages renamed while
@@ -12,7 +12,7 @@ import re
 import tarfile
 from pathlib import Path
 
-from tools import image_requirements as req
+from tools.image import requirements as req
 
 
 def find_manifest(deploy_dir: Path, image: str, machine: str) -> Path | None:

@@ -10,7 +10,7 @@ as a USB drive, and meta-tegra's dosdcard.sh / doexternal.sh are for the Orin on
 device of this host is ever written, so --device, --force-device, --sd-image and the
 sdcard/external methods are refused. The board stays in the flashing initrd until it is power
 cycled or reset (docs/Flashing.md, step 4). Provisioning goes into the package's data image first,
-as on the Orin (tools/provision.py). On Thor initrd-flash exits 0 whatever the unified flash did,
+as on the Orin (tools/flash/provision.py). On Thor initrd-flash exits 0 whatever the unified flash did,
 so the unified flash's own result line in initrd-flash's log decides whether the board was flashed."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import console, flash_orin, usb
-from tools.build import MACHINES
-from tools.flash import (
+from tools import console
+from tools.flash import orin, usb
+from tools.flash.flash import (
     FlashError,
     FlashOptions,
     FlashUsageError,
@@ -31,7 +31,8 @@ from tools.flash import (
     provisioning_token,
     refuse_provisioning_nowhere,
 )
-from tools.provision import ProvisionError, check_role, manifest_beside
+from tools.flash.provision import ProvisionError, check_role, manifest_beside
+from tools.image.build import MACHINES
 
 # NVIDIA's Jetson AGX Thor devkit user guide: three buttons (Power, Force Recovery, Reset) and
 # a USB-C port marked for force recovery; the debug USB-C port under the lid carries the serial
@@ -156,16 +157,16 @@ def check_host_tools(options: FlashOptions) -> None:
 
 
 def run_thor_flash(options: FlashOptions, machine: str) -> list[str]:
-    """Flash a Thor (`--machine` NAME of tools/build.py); returns summary lines. Raises
+    """Flash a Thor (`--machine` NAME of tools/image/build.py); returns summary lines. Raises
     FlashError having run no script when an option, the board, the host or the package is not
     right; nothing of this host but a temporary directory is ever written. With provisioning,
-    the package's data partition image gets it first (tools/provision.py)."""
+    the package's data partition image gets it first (tools/flash/provision.py)."""
     target = thor_target(MACHINES[machine].yocto_machine)
     token = provisioning_token(options)
     refuse_host_writes(options, target)
     check_method(options)
     refuse_provisioning_nowhere(options)
-    package = flash_orin.tegraflash_package(options, machine)
+    package = orin.tegraflash_package(options, machine)
     try:
         check_role(options.provisioning, manifest_beside(package), machine)
     except ProvisionError as error:
@@ -174,10 +175,10 @@ def run_thor_flash(options: FlashOptions, machine: str) -> list[str]:
     board = find_board(options, target.recovery)
     with tempfile.TemporaryDirectory(prefix="gpu-k8s-flash-") as temp:
         workdir = Path(temp)
-        flash_orin.unpack(package, workdir, options.dry_run)
+        orin.unpack(package, workdir, options.dry_run)
         provisioned = ([provision_package(options, package, workdir, token, machine)]
                        if options.provisioning.wanted else [])
-        flashed = flash_orin.initrd_flash(options, board, workdir, family="Thor")
+        flashed = orin.initrd_flash(options, board, workdir, family="Thor")
         if not options.dry_run:
             flashed = confirm_unified_flash(workdir, flashed)
     return [*provisioned, flashed, *([] if options.dry_run else [THOR_RESET])]
@@ -198,13 +199,13 @@ def confirm_unified_flash(workdir: Path, flashed: str) -> str:
     verdict = unified_flash_verdict(logs[-1].read_text(errors="replace")) if logs else None
     if verdict == "done":
         return flashed
-    kept = flash_orin.keep_flash_logs(workdir)
+    kept = orin.keep_flash_logs(workdir)
     if verdict == "failed":
         raise FlashError(
             "initrd-flash exited 0, but NVIDIA's unified flash reports a failure "
-            f"(\"{UNIFIED_FLASH_FAILED[0]}\" or an exception); {flash_orin.where_logs_are(kept)} and say why: "
+            f"(\"{UNIFIED_FLASH_FAILED[0]}\" or an exception); {orin.where_logs_are(kept)} and say why: "
             "the board is not flashed; put it back in recovery mode, check the USB cable (no hub, no VM) and run again"
         )
     return (f"initrd-flash finished, but its log has no result line of NVIDIA's unified flash "
-            f"(\"{UNIFIED_FLASH_DONE}\"), so the flash is not confirmed: {flash_orin.where_logs_are(kept)}; "
+            f"(\"{UNIFIED_FLASH_DONE}\"), so the flash is not confirmed: {orin.where_logs_are(kept)}; "
             "read them before relying on the board")

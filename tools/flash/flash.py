@@ -1,5 +1,5 @@
 """`flash`: put a built image on a Jetson Nano (USB recovery flash), an SD card, or the disk
-of an x86-64 node; find what `./task build` made for the machine and role (tools/build.py)."""
+of an x86-64 node; find what `./task build` made for the machine and role (tools/image/build.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import blockdev, build, console, process, provision, usb
-from tools.build import MACHINES
+from tools import console, process
+from tools.flash import blockdev, provision, usb
+from tools.image import build
+from tools.image.build import MACHINES
 from tools.usage import UsageError
 
 NANO_MACHINE = "jetson-nano"
@@ -46,7 +48,7 @@ class FlashOptions:
     output: Path | None = None  # where the SD image from dosdcard.sh is kept
     dry_run: bool = False
     root: Path = Path("/")  # prefix for /sys, /proc and /dev: tests point it at fixtures
-    # The node's server, token, role and labels, written onto its data partition (tools/provision.py).
+    # The node's server, token, role and labels, written onto its data partition (tools/flash/provision.py).
     provisioning: provision.Provisioning = provision.Provisioning()
 
 
@@ -332,7 +334,7 @@ def run_flash(
     return results
 
 
-# ---------------------------------------------------------------- provisioning (tools/provision.py)
+# ---------------------------------------------------------------- provisioning (tools/flash/provision.py)
 
 
 def provisioning_token(options: FlashOptions) -> str:

@@ -1,9 +1,9 @@
-"""Runs INSIDE the bitbake environment (`kas shell FILE -c "python3 tools/bitbake_probe.py ..."`):
+"""Runs INSIDE the bitbake environment (`kas shell FILE -c "python3 tools/image/bitbake_probe.py ..."`):
 resolves an image's runtime closure from bitbake's own parse data through tinfoil and writes
 it, with the machine facts the requirement list needs, as JSON.
 
 The host python3 runs it (bitbake's Python), so it uses only the stdlib, bitbake's `bb`
-and `tools/image_closure.py`, which it loads by path; no third-party packages."""
+and `tools/image/closure.py`, which it loads by path; no third-party packages."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def load_closure_module():
-    path = Path(__file__).resolve().with_name("image_closure.py")
+    path = Path(__file__).resolve().with_name("closure.py")
     spec = importlib.util.spec_from_file_location("image_closure", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["image_closure"] = module  # dataclasses look their module up by name

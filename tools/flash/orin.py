@@ -14,9 +14,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import console, process, usb
-from tools.build import MACHINES
-from tools.flash import (
+from tools import console, process
+from tools.flash import usb
+from tools.flash.flash import (
     FlashError,
     FlashOptions,
     FlashUsageError,
@@ -30,7 +30,8 @@ from tools.flash import (
     refuse_unsafe_target,
     write_image_file,
 )
-from tools.provision import ProvisionError, check_role, manifest_beside
+from tools.flash.provision import ProvisionError, check_role, manifest_beside
+from tools.image.build import MACHINES
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def where_logs_are(kept: Path | None) -> str:
 
 def initrd_flash(options: FlashOptions, board: usb.RecoveryBoard | None, workdir: Path, family: str = "Orin") -> str:
     """meta-tegra's initrd-flash in the unpacked package, on the board's USB port; `family` names
-    the board in the summary (the Thor path, tools/flash_thor.py, shares this)."""
+    the board in the summary (the Thor path, tools/flash/thor.py, shares this)."""
     argv = ["./initrd-flash", *INITRD_FLASH_ARGS[options.method]]
     if board is not None:
         # The port we checked, so a second Jetson on this host is never the one flashed.
@@ -260,10 +261,10 @@ def check_method(options: FlashOptions, target: OrinTarget) -> None:
 def run_orin_flash(
     options: FlashOptions, machine: str, interactive: bool | None = None
 ) -> list[str]:
-    """Flash an Orin (`--machine` NAME of tools/build.py); returns summary lines. Raises
+    """Flash an Orin (`--machine` NAME of tools/image/build.py); returns summary lines. Raises
     FlashError, having written nothing to a device that fails the safety checks and run no
     script when the board, the host or the package is not ready. With provisioning, the
-    package's data partition image gets it first (tools/provision.py)."""
+    package's data partition image gets it first (tools/flash/provision.py)."""
     interactive = sys.stdin.isatty() if interactive is None else interactive
     target = orin_target(MACHINES[machine].yocto_machine)
     token = provisioning_token(options)

@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import console, testdeps, venvs
+from tools import console
+from tools.dev import testdeps, venvs
 from tools.paths import REPO_ROOT, VENVS_DIR
 
 PYTEST_NO_TESTS = 5  # pytest's exit code when it collected nothing
@@ -98,7 +99,7 @@ def run_pytest(python: str, paths: Sequence[str], env: Mapping[str, str] | None 
 
 
 def ruff_leg() -> tuple[str, str]:
-    from tools.lint import run_ruff
+    from tools.dev.lint import run_ruff
 
     result = run_ruff()
     return result.status, result.detail
