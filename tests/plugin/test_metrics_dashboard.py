@@ -197,7 +197,8 @@ def test_every_query_returns_every_gpu_kind_filtered_to_its_node_in_prometheus(
             continue
         assert answer.series, f"{query} returns nothing for the {kind} node although it exports what it reads"
         hosts = {s.labels.get("Hostname") for s in answer.series} - {None}
-        assert query == "$Hostname" or hosts <= {NODES[kind]}, (key, hosts)  # the node filter holds, the plugin's own series included
+        # the node filter holds, the plugin's own series included
+        assert query == "$Hostname" or hosts <= {NODES[kind]}, (key, hosts)
     # the checks above are not vacuous: the key queries answer for every kind, and Jetsons lack only what they lack
     for kind in NODES:
         for query in ("GPUs reporting #0", "Nodes #0", "GPUs held by pods #0", "$Hostname", "$UUID", "$namespace",
@@ -248,7 +249,8 @@ def test_sums_over_pods_are_true_for_every_field_in_prometheus(prometheus: Path,
     queries = {}
     for field in fields.METRICS:
         name = field.name
-        attributed = f"sum by (Hostname, UUID) ({name} * on (Hostname, UUID) group_right gpu_device_plugin_pod_gpu_share)"
+        share = "gpu_device_plugin_pod_gpu_share"
+        attributed = f"sum by (Hostname, UUID) ({name} * on (Hostname, UUID) group_right {share})"
         queries[f"{name} copies"] = f"count by (Hostname, UUID) ({name}) > 1"
         queries[f"{name} over"] = f"{attributed} > on (Hostname, UUID) (sum by (Hostname, UUID) ({name}) * 1.000001)"
         queries[f"{name} attributed"] = attributed
