@@ -63,7 +63,7 @@ def binary() -> Path | str:
         return ("the Go modules go.sum pins are neither in the module cache nor reachable through GOPROXY: "
                 + fetched.stderr.strip()[-400:])
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_suffix(".partial")
+    partial = out.with_suffix(f".{os.getpid()}.partial")  # legs that build at once never share a file
     built = subprocess.run([go, "build", "-trimpath", "-o", str(partial), "."], cwd=SOURCE, env=_go_env(),
                            capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
     assert built.returncode == 0, f"tests/plugin/promql does not build with {version}:\n{built.stderr}"
