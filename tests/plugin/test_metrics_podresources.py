@@ -17,7 +17,7 @@ from gpu_device_plugin.metrics.collector import GpuLabels, GpuSample
 from gpu_device_plugin.metrics.pod_mapping import PodMapping, backoff
 from gpu_device_plugin.metrics.podresources import PodResourcesError, list_pods, socket_beside
 from gpu_device_plugin.metrics.table import format_table
-from gpu_device_plugin.metrics.telemetry import OUR_RESOURCES, Telemetry
+from gpu_device_plugin.metrics.telemetry import OUR_RESOURCES, Telemetry, device_plugin_mapper, kubelet_holders
 from helpers import short_tempdir, wait_until
 from podresources_double import Container, GoawayKubelet, Pod, PodResourcesDouble
 
@@ -216,3 +216,28 @@ def test_the_metrics_command_says_how_old_its_pod_labels_are() -> None:
     assert "  held by: ml/train-0 (main)" in table
     assert ("pod labels: the kubelet's answer of 42 s ago (the kubelet did not answer now: UNAVAILABLE: refused)"
             in table)
+
+
+def test_one_list_feeds_every_source_of_holders_merged_as_a_dra_driver_will_plug_in(
+        pod_resources: PodResourcesDouble) -> None:
+    """A second mapper over the same List (here: a stand-in for claims, by pod name) merges with the
+    device plugin's devices; its extra labels reach the series and the shares."""
+    pod_resources.pods = [*TRAIN, Pod("claimed", "ml", [Container("main", {})])]
+
+    def claims(pods: list) -> dict[str, list[Holder]]:
+        return {GPU_A: [Holder(p.name, p.namespace, c.name, extra=(("dra_claim_name", "gpu-claim"),))
+                        for p in pods if p.name == "claimed" for c in p.containers]}
+
+    def read() -> dict:
+        return kubelet_holders(pod_resources.socket_path, [device_plugin_mapper(OUR_RESOURCES, [GPU_A]), claims])
+
+    assert read() == {GPU_A: [Holder("train-0", "ml", "main"),
+                              Holder("claimed", "ml", "main", extra=(("dra_claim_name", "gpu-claim"),))]}
+    assert pod_resources.calls == 1  # one List for both
+    telemetry = Telemetry(lambda: [OneGpu()], [GPU_A], None, node="n", wait=30, read_holders=read)
+    text = telemetry.render()
+    shares = [line for line in text.splitlines() if line.startswith("gpu_device_plugin_pod_gpu_share{")]
+    assert [line.split('Hostname="n",', 1)[1] for line in shares] == [
+        'container="main",namespace="ml",pod="train-0"} 0.5',
+        'container="main",dra_claim_name="gpu-claim",namespace="ml",pod="claimed"} 0.5']
+    assert 'modelName="m",Hostname="n"} 5' in text  # two holders: the GPU's series name neither

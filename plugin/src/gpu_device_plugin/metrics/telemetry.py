@@ -56,15 +56,23 @@ def make_collectors(gpus: Sequence[Gpu], host_root: str = "/", xids: XidSource =
     return collectors
 
 
-def device_plugin_holders(socket_path: str, resources: Collection[str], gpu_ids: Collection[str],
-                          timeout: float = LIST_TIMEOUT_S) -> Holders:
-    """Our devices' holders from the kubelet's PodResources List; NoKubelet when nothing serves it."""
+HolderMapper = Callable[[Sequence[Any]], Holders]  # PodResources' pods -> GPU ID -> holders
+
+
+def kubelet_holders(socket_path: str, mappers: Sequence[HolderMapper], timeout: float = LIST_TIMEOUT_S) -> Holders:
+    """One PodResources List, mapped by each source of holders (the device plugin's devices; a DRA
+    driver's claims) and merged; NoKubelet when nothing serves the socket."""
     from .podresources import list_pods
 
     pods = list_pods(socket_path, timeout)
     if pods is None:
         raise NoKubelet(f"no PodResources socket at {socket_path} (no kubelet yet)")
-    return attribution.holders_by_gpu(pods, resources, gpu_ids)
+    return attribution.merge(*(mapper(pods) for mapper in mappers))
+
+
+def device_plugin_mapper(resources: Collection[str], gpu_ids: Collection[str]) -> HolderMapper:
+    """Our device plugin's devices (whole GPUs and time-slicing replicas) among the pods' devices."""
+    return functools.partial(attribution.holders_by_gpu, resources=set(resources), gpu_ids=set(gpu_ids))
 
 
 def pod_status_lines(view: PodView, node: str) -> list[str]:
@@ -101,7 +109,8 @@ class Telemetry:
         self._last: tuple[float, list[GpuSample]] | None = None
         ids = set(gpu_ids)
         if read_holders is None and pod_resources_socket and ids:
-            read_holders = functools.partial(device_plugin_holders, pod_resources_socket, set(resources), ids)
+            mappers = [device_plugin_mapper(resources, ids)]
+            read_holders = functools.partial(kubelet_holders, pod_resources_socket, mappers)
         self._pods = None if read_holders is None else PodMapping(
             read_holders, max_age=max_age, clock=clock, **({} if wait is None else {"wait": wait}))
 
