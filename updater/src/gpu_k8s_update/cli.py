@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from gpu_k8s_update import __version__, decide, gate, logs, plans, settings, upgrade
+from gpu_k8s_update import __version__, decide, gate, logs, plans, publish, settings, upgrade
 from gpu_k8s_update.exits import EXIT_USAGE
 from gpu_k8s_update.node import Node
 from gpu_k8s_update.system import SystemStateError
@@ -160,4 +160,10 @@ def _forget(node: Node) -> int:
     node.store.clear_marker()
     node.store.record("forget", version=marker.version, phase=marker.phase.value)
     log.info("forgot the %s marker for %s: the next rollout may try it again", marker.phase.value, marker.version)
+    try:
+        running = node.ab.booted_version()
+    except SystemStateError:
+        running = "?"
+    node.publish_state(publish.COMMITTED, running, f"{marker.version} forgotten by hand (was {marker.phase.value}); "
+                       f"running {running}")
     return 0
