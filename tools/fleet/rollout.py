@@ -648,9 +648,12 @@ def snapshot(options: RolloutOptions, kubectl: Kubectl) -> Progress:
     return assess(options, plans, nodes, jobs, job_log)
 
 
-def outage_note(said: str, last: Sequence[NodeState]) -> str:
+def outage_note(said: str, last: Sequence[NodeState], options: RolloutOptions | None = None) -> str:
     """What an API server that stopped answering most likely means, from the last states seen."""
     servers = [state.node for state in last if state.ring == "server" and state.state == "updating"]
+    if not last and options is not None and options.ring in ("server", "canary", "all"):
+        return (f"the API server does not answer ({said}): most likely a server of this rollout is rebooting into "
+                "its update, and the control plane with it; running pods keep running; waiting for it to come back")
     if servers:
         return (f"the API server does not answer ({said}): {', '.join(servers)} is rebooting into its update, and "
                 "the control plane with it; running pods keep running; waiting for it to come back")
@@ -671,7 +674,7 @@ def follow(options: RolloutOptions, kubectl: Kubectl, sleep: Callable[[float], N
         except ClusterUnreachable as outage:
             if outage_since is None:
                 outage_since = clock()
-                console.info(outage_note(str(outage).split(" failed: ", 1)[-1], last))
+                console.info(outage_note(str(outage).split(" failed: ", 1)[-1], last, options))
             elif clock() - outage_since > API_OUTAGE_LIMIT_S:
                 raise RolloutError(
                     f"the API server has not answered for {API_OUTAGE_LIMIT_S // 60} minutes ({outage}); the "
