@@ -4,8 +4,10 @@ which needs its own API server back: through the real CLI on simulated boards.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from fake_board import Board, HealthServer, describe, run_agent
 from gpu_k8s_update import publish
 
@@ -141,3 +143,17 @@ def test_an_agent_in_the_same_outage_keeps_its_update_on_local_checks(tmp_path: 
     result = server_gate(agent, kubelet)
     assert result.returncode == 0, describe(result)
     assert "unreachable" in agent.gate_result()["reason"] and agent.state()["committed"] == [NEW]
+
+
+def test_the_published_patch_touches_only_annotations_in_our_own_domain() -> None:
+    """A node may change its own annotations (NodeRestriction guards labels and taints): the patch
+    carries nothing else, so the kubelet's credential is enough on every node."""
+    values = publish.annotations(publish.ROLLED_BACK, "1.4.0", "the gate said:\n  kubelet down", "1.3.0", "B",
+                                 "mender-tegra", now=0)
+    body = json.loads(publish.merge_patch(values))
+    assert list(body) == ["metadata"] and list(body["metadata"]) == ["annotations"]
+    assert set(body["metadata"]["annotations"]) == set(publish.KEYS)
+    assert all(key.startswith("update.gpu-k8s.io/") for key in publish.KEYS)
+    assert values[publish.REASON] == "the gate said: kubelet down" and values[publish.TIME] == "1970-01-01T00:00:00Z"
+    with pytest.raises(ValueError, match="unknown update state"):
+        publish.annotations("half-done", "1.4.0", "", "1.3.0", "A", "mender-grub")
