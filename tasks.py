@@ -17,6 +17,7 @@ from tools.flash import provision as provision_module
 from tools.flash import targets as flash_targets_module
 from tools.fleet import release as release_module
 from tools.fleet import rollout as rollout_module
+from tools.fleet import status as status_module
 from tools.image import build as build_module
 from tools.image import check_image as check_image_module
 from tools.paths import BUILD_ROOT
@@ -409,8 +410,9 @@ def release(
         "release": "a ./task release directory: roll out every artifact in its release.json, one Plan pair per "
         "device type (with --base-url)",
         "base-url": "where the nodes download the --release directory's files, e.g. http://updates.lan:8080/",
-        "ring": "canary: nodes labelled update.gpu-k8s.io/ring=canary, one at a time; fleet: every other "
-        "node, after the canary Plan completed; all: both (default)",
+        "ring": "server: the k3s servers, one at a time, cordoned, not drained; canary: the servers, then the "
+        "agents labelled update.gpu-k8s.io/ring=canary, one at a time; fleet: every other agent, after the canary "
+        "Plans completed; all: the three in turn (default)",
         "concurrency": "fleet nodes updated at once (default 1; the canary ring always goes one by one)",
         "selector": "only nodes with this label, KEY=VALUE (e.g. site=lab-2)",
         "dry-run": "print the Plans' YAML; apply nothing",
@@ -428,13 +430,17 @@ def rollout(
     selector: str | None = None,
     dry_run: bool = False,
 ) -> None:
-    """Roll an OS release over the fleet with system-upgrade-controller Plans: canary ring first.
+    """Roll an OS release over the fleet with system-upgrade-controller Plans: servers, canaries, fleet.
 
-    Renders one Plan pair per device type (--dry-run prints them), checks the cluster
-    (controller installed, every artifact fits some node, canary nodes labelled per device
-    type), applies them with kubectl (GPU_K8S_KUBECTL overrides the command, KUBECONFIG
-    picks the cluster) and follows each node until every ring completed or a node failed
-    its health gate and rolled back, which stops the rollout there."""
+    Renders the server ring (every k3s server of the release's device types, one at a time,
+    cordoned but not drained, each taking its own device type's artifact) and one canary and
+    fleet Plan per device type, whose jobs wait for the rings before them (--dry-run prints
+    them); checks the cluster (controller installed, every artifact fits some node, canary
+    agents labelled per device type) and says what the control plane does meanwhile; applies
+    them with kubectl (GPU_K8S_KUBECTL overrides the command, KUBECONFIG picks the cluster)
+    and follows each node, through a server's reboot that takes the API server along, until
+    every ring completed or a node failed its health gate and rolled back, which stops the
+    rollout there. ./task status shows the same from any shell, later."""
     concurrency_value = _whole_number("concurrency", concurrency, minimum=1)
     try:
         artifacts = rollout_module.resolve_artifacts(
@@ -453,6 +459,26 @@ def rollout(
     except KeyboardInterrupt:
         console.error("stopped following; the Plans stay applied and the rollout goes on in the cluster")
         raise Exit(code=130) from None
+
+
+@task
+def status(c: Context) -> None:
+    """Show where every node of the fleet stands and where the current rollout is, from the cluster.
+
+    A table of every node (machine, k3s role, Ready and cordoned, OS release and slot, update
+    state as its update agent published it: pending, committed, rolled back or failed, and
+    allocatable nvidia.com/gpu of its GPUs), then each rollout Plan (ring, version, the node it
+    is updating, what it waits for), then the problems. Reads the cluster with kubectl
+    (KUBECONFIG picks it, GPU_K8S_KUBECTL overrides the command), changes nothing. Exit status
+    1 when a node failed or rolled back, a rollout job failed, or the cluster cannot be read."""
+    try:
+        found = status_module.run_status()
+    except status_module.StatusError as failure:
+        raise _refuse(failure) from None
+    if found.problems:
+        console.error(f"{len(found.problems)} problem(s): see above (docs/fleet.md, 'A failed canary, and how "
+                      "to resume')")
+        raise Exit(code=1)
 
 
 @task

@@ -63,10 +63,12 @@ def device_type(machine: str, role: str) -> str:
     return target.yocto_machine if role == target.default_role else f"{target.yocto_machine}-{role}"
 
 
-def node(name: str, kind: str, canary: bool = False) -> dict[str, str]:
+def node(name: str, kind: str, canary: bool = False, server: bool = False) -> dict[str, str]:
     labels = {"kubernetes.io/hostname": name, "update.gpu-k8s.io/device-type": kind}
     if canary:
         labels["update.gpu-k8s.io/ring"] = "canary"
+    if server:
+        labels["node-role.kubernetes.io/control-plane"] = "true"
     return labels
 
 
@@ -125,20 +127,22 @@ def test_a_mixed_fleet_builds_releases_and_rolls_out_with_one_plan_pair_per_devi
     plans = [doc for doc in yaml.safe_load_all(out) if doc]
     kinds = ["genericx86-64", "jetson-orin-nano-devkit-nvme-agent", "jetson-nano-devkit"]
     assert sorted(plan["metadata"]["name"] for plan in plans) == sorted(
-        f"gpu-k8s-os-{ring}-{kind}" for ring in ("canary", "fleet") for kind in kinds)
+        ["gpu-k8s-os-server", *(f"gpu-k8s-os-{ring}-{kind}" for ring in ("canary", "fleet") for kind in kinds)])
 
-    fleet = [node("server-1", "genericx86-64", canary=True),
+    fleet = [node("server-1", "genericx86-64", server=True),
              node("orin-c", "jetson-orin-nano-devkit-nvme-agent", canary=True),
              node("orin-1", "jetson-orin-nano-devkit-nvme-agent"),
              node("nano-c", "jetson-nano-devkit", canary=True), node("nano-1", "jetson-nano-devkit"),
-             node("orin-server", "jetson-orin-nano-devkit-nvme")]  # an Orin server: no artifact in this release
+             node("orin-server", "jetson-orin-nano-devkit-nvme", server=True)]  # no artifact in this release
     url_of = {entry["device_types"][0]: f"http://updates.lan:8080/{entry['file']}" for entry in recorded.values()}
     reached: dict[str, list[str]] = {}
     for plan in plans:
         args = plan["spec"]["upgrade"]["args"]
-        url = args[args.index("--artifact-url") + 1]
+        # each node's gpu-k8s-update takes the offer for its own device type
+        offers = dict(args[i + 1].split("=", 1) for i, word in enumerate(args) if word == "--artifact")
         for labels in fleet:
             if selected(plan["spec"]["nodeSelector"], labels):
+                url = offers.get(labels["update.gpu-k8s.io/device-type"])
                 assert url == url_of[labels["update.gpu-k8s.io/device-type"]], (plan["metadata"]["name"], labels)
                 reached.setdefault(labels["kubernetes.io/hostname"], []).append(plan["metadata"]["name"])
     assert set(reached) == {"server-1", "orin-c", "orin-1", "nano-c", "nano-1"}

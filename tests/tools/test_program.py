@@ -85,7 +85,7 @@ USAGE_ERRORS = [
     (("smoke-test", "--image", "gpu-k8s-image-jetson-nano-devkit.sdcard"), "is a jetson-nano-devkit image"),
     (("release", "--kas", "kas/nope.yml"), "error: --kas kas/nope.yml: not one of our kas files"),
     (("rollout", "--version", "1.4.0", "--ring", "half", "--artifact-url", "http://u/a.mender", "--device-type",
-      "x", "--dry-run"), "error: --ring must be one of canary, fleet, all"),
+      "x", "--dry-run"), "error: --ring must be one of server, canary, fleet, all"),
     (("rollout", "--version", "1.4.0", "--release", "build/release/1.4.0", "--base-url", "updates.lan:8080"),
      "error: --base-url 'updates.lan:8080' must be an http(s) URL"),
     (("rollout", "--versoin", "1.4.0"), "rollout has no option --versoin"),
