@@ -87,6 +87,10 @@ ACCEPT_NVIDIA_LICENCE_HELP = (
         "verbose": "stream every line of kas/bitbake output instead of a progress line",
         "accept-nvidia-licence": ACCEPT_NVIDIA_LICENCE_HELP,
         "role": ROLE_HELP,
+        "container": "build inside kas's own container (kas-container, the kas version requirements/tools.txt pins) "
+        "with docker or podman: no Yocto host packages needed; the same kas file, work dir, caches and checks",
+        "engine": "with --container: docker or podman (default: KAS_CONTAINER_ENGINE, else the first of docker, "
+        "podman that answers)",
     }
 )
 def build(
@@ -105,12 +109,16 @@ def build(
     verbose: bool = False,
     accept_nvidia_licence: bool = False,
     role: str | None = None,
+    container: bool = False,
+    engine: str | None = None,
 ) -> None:
     """Build an OS image with kas (default: the QEMU image the smoke test boots).
 
     Checks the host first (free disk, host tools, not root, locale, update-signing keys, the
     NVIDIA licence where the image carries the driver) and refuses with the reason and the
-    fix; --dry-run shows the same and exits 1 when a real build would stop. Each machine and
+    fix; --dry-run shows the same and exits 1 when a real build would stop. --container runs
+    the same build in kas's container with docker or podman instead (no Yocto host packages;
+    checks the engine and the network instead of host tools). Each machine and
     role has its own kas work dir under build/ (build/MACHINE for its default role,
     build/MACHINE-ROLE for the other), where ./task flash and ./task release find the image;
     downloads and sstate are shared. Ends with the artifacts in the deploy directory, with
@@ -136,6 +144,8 @@ def build(
         verbose=verbose,
         accept_nvidia_licence=accept_nvidia_licence,
         role=role,
+        container=container,
+        engine=engine,
     )
     try:
         build_module.run_build(options)
