@@ -28,7 +28,6 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
-
 from gpu_device_plugin.api.grpc_server import CallContext, Method
 from gpu_device_plugin.api.status import RpcFailure, StatusCode, encode_message
 
@@ -101,7 +100,8 @@ class _Connection:
             self.calls[event.stream_id] = call
             fields = dict(event.headers)
             call.path = fields.get(b":path", b"").decode("latin-1")
-            if fields.get(b":method") != b"POST" or not fields.get(b"content-type", b"").startswith(b"application/grpc"):
+            grpc = fields.get(b"content-type", b"").startswith(b"application/grpc")
+            if fields.get(b":method") != b"POST" or not grpc:
                 self.h2.send_headers(event.stream_id, [(b":status", b"415")], end_stream=True)
                 self.calls.pop(event.stream_id, None)
                 return

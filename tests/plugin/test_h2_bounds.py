@@ -73,9 +73,9 @@ class Plugin:
         for connection in self.connections:
             total += len(connection.out) + len(connection.inbuf)
             for stream in connection.streams.values():
-                total += len(stream.pending) + len(stream.body)
-                if stream.queued is not None:
-                    total += len(stream.queued.SerializeToString())
+                total += len(stream.pending) + len(stream.call.body)
+                if stream.call.queued is not None:
+                    total += len(stream.call.queued.SerializeToString())
         return total
 
     def stop(self) -> None:
@@ -204,8 +204,9 @@ def test_a_client_that_grants_a_huge_window_and_never_reads_fills_only_the_outpu
         growth = traced_growth(changes)
         blocked = [c for c in plugin.connections if c.interest & grpc_server._WRITE]
         assert blocked, "the wedged connection must have output waiting (the test did not stress it)"
-        assert all(len(c.out) <= grpc_server.OUT_LIMIT + largest for c in plugin.connections)
-        assert plugin.retained() <= grpc_server.OUT_LIMIT + 4 * largest
+        out_limit = grpc_server.DEFAULT.out_limit
+        assert all(len(c.out) <= out_limit + largest for c in plugin.connections)
+        assert plugin.retained() <= out_limit + 4 * largest
         # the output cap, one list in flight and one queued (as objects: ~10x their wire size), buffers'
         # spare capacity; before this branch every list sent went into the output buffer: ~16 MB here
         assert growth < 2 * 1024 * 1024, f"{growth} bytes kept after 400 changes"
@@ -257,10 +258,11 @@ def test_a_flood_from_a_client_that_never_reads_pauses_its_connection_and_loses_
         sent = flood(flooder, frame_bytes)
 
     growth = traced_growth(send)
-    connection = next(c for c in plugin.connections if c.paused)
-    assert len(connection.out) < grpc_server.OUT_LIMIT + len(frame_bytes)
+    connection = next(c for c in plugin.connections if c.blocked())
+    out_limit = grpc_server.DEFAULT.out_limit
+    assert len(connection.out) < out_limit + len(frame_bytes)
     assert len(connection.inbuf) <= 64 * 1024 + 16 * 1024
-    assert growth < 2 * grpc_server.OUT_LIMIT, f"{name} flood: {growth} bytes kept"
+    assert growth < 2 * out_limit, f"{name} flood: {growth} bytes kept"
     assert sent > 10_000, f"only {sent} {name} frames went out before the server stopped reading"
     # the rest of the plugin is unaffected: the kubelet's stream and calls go on
     plugin.state.report_health("sim-gpu-3", SICK)
