@@ -194,6 +194,13 @@ class GoClient:
         self.proc.stdin.flush()
         return self.wait("admissions", 120 + count / 100)
 
+    def bulk(self, calls: int, size: int) -> list[str]:
+        """`calls` concurrent Allocates of about `size` bytes each on the one connection: their codes."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"bulk {calls} {size}\n")
+        self.proc.stdin.flush()
+        return self.wait("bulk", 60)["codes"]
+
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
