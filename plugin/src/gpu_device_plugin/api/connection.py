@@ -21,7 +21,7 @@ from typing import Any
 from . import h2
 from .flow import ReceiveWindow, window_update
 from .limits import MAX_HEADER_LIST
-from .streams import StreamEvent, How, State, Stream, check_receive, closed_how, late_frame_is_error
+from .streams import How, State, Stream, StreamEvent, check_receive, closed_how, late_frame_is_error
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,9 @@ class Connection:
             return False
 
     def blocked(self) -> bool:
-        """Too much output queued: read and parse nothing more until the peer takes some."""
-        return len(self.out) + self.held >= self.limits.out_limit
+        """The peer is not reading what we wrote: read and parse nothing more until it takes some.
+        (Answers waiting for flow-control credit do not block: the credit comes as input.)"""
+        return len(self.out) >= self.limits.out_limit
 
     def _parse(self, budget: int) -> bool:
         buf = self.inbuf

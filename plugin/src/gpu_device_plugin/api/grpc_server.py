@@ -80,6 +80,7 @@ class Server:
         self._closing: dict[Connection, float] = {}  # connections ended by an error -> when to drop them
         self._listeners: list[socket.socket] = []
         self._accept_paused_until = 0.0  # out of file descriptors: listeners off until then (0: on)
+        self._accept_failing = False  # an episode of failed accepts is going on (logged once)
         self._more = False  # a connection had frames left after its turn: the next turn comes at once
         self._peak = 0  # the most bytes buffered and queued since memory was last handed back
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -132,10 +133,13 @@ class Server:
         return self._serial
 
     def may_open_stream(self, connection: Connection) -> bool:
-        """A new stream on `connection`: within its own cap, and within the total unless it is the
-        kubelet's or its only one (so a new connection, the kubelet's among them, is always answered)."""
+        """A new stream on `connection`: within its own cap, not while answers it has not taken fill
+        its output cap, and within the total unless it is the kubelet's or its only one (so a new
+        connection, the kubelet's among them, is always answered)."""
         if len(connection.streams) >= self.limits.max_streams_per_connection:
             return False
+        if connection.held >= self.limits.out_limit and not connection.preferred:
+            return False  # answers wait for its window already: no new call until they drain
         return connection.preferred or not connection.streams or self.open_streams < self.limits.max_streams
 
     def grant(self, connection: Connection, stream: Stream, length: int) -> None:
@@ -227,6 +231,8 @@ class Server:
                 connection.push_all()
             if connection.out:
                 connection.flush()
+                if connection.wants_push:
+                    more = True  # the socket took it all and answers wait: go on next turn, no stall
             if connection.going_away and not connection.streams and not connection.out:
                 connection.close()  # the client said GOAWAY and has every answer
                 continue
@@ -323,6 +329,9 @@ class Server:
                 else:
                     log.warning("accepting a connection failed: %s", exc)
                 return
+            if self._accept_failing:
+                self._accept_failing = False
+                log.info("accepting connections again")
             sock.setblocking(False)
             if len(self._connections) >= self.limits.max_connections:
                 self._evict()
@@ -343,9 +352,11 @@ class Server:
     def _pause_accepting(self, exc: OSError) -> None:
         """Out of file descriptors: the listeners stay readable, so they leave epoll until a connection
         closes or `accept_retry` passes. One log line per episode."""
-        if not self._accept_paused_until:
+        if not self._accept_failing:
+            self._accept_failing = True
             log.warning("cannot accept connections: %s (%d open); pausing until one closes or %.0f s pass",
                         exc.strerror or exc, len(self._connections), self.limits.accept_retry)
+        if not self._accept_paused_until:
             for listener in self._listeners:
                 with contextlib.suppress(OSError, ValueError):
                     self._epoll.unregister(listener.fileno())
@@ -356,7 +367,6 @@ class Server:
         for listener in self._listeners:
             with contextlib.suppress(OSError, ValueError):
                 self._epoll.register(listener.fileno(), _READ)
-        log.info("accepting connections again")
 
     def _hand_back_memory(self) -> None:
         """After a burst (many MiB buffered, now drained), give freed heap back to the system: CPython
