@@ -34,7 +34,8 @@ TRANSITIONS: dict[tuple[State, StreamEvent], State] = {
     (_OPEN, StreamEvent.SEND_END_STREAM): _HCL,
     (_HCR, StreamEvent.SEND_END_STREAM): _CLOSED,
     (_HCL, StreamEvent.RECV_END_STREAM): _CLOSED,
-    **{(state, event): _CLOSED for state in (_OPEN, _HCR, _HCL) for event in (StreamEvent.RECV_RST, StreamEvent.SEND_RST)},
+    **{(state, event): _CLOSED for state in (_OPEN, _HCR, _HCL)
+       for event in (StreamEvent.RECV_RST, StreamEvent.SEND_RST)},
 }
 
 
