@@ -44,6 +44,11 @@ from .streams import Stream
 
 __all__ = ["CallContext", "Method", "Server", "Watch"]
 
+# the defaults under their earlier names (limits.Limits holds them all)
+MAX_MESSAGE = DEFAULT.max_message
+MAX_STREAMS_PER_CONNECTION = DEFAULT.max_streams_per_connection
+OUT_LIMIT = DEFAULT.out_limit
+
 log = logging.getLogger(__name__)
 
 _READ, _WRITE = select.EPOLLIN, select.EPOLLOUT
