@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from . import h2
-from .flow import ReceiveWindow, window_update
+from .flow import ReceiveWindow
 from .limits import MAX_HEADER_LIST
 from .streams import How, State, Stream, StreamEvent, check_receive, closed_how, late_frame_is_error
 
@@ -54,7 +54,7 @@ class Connection:
         self.send_window = h2.DEFAULT_WINDOW
         self.window = ReceiveWindow(limits.connection_window)
         self.streams: dict[int, Stream] = {}
-        self.closed_ids: dict[int, How] = {}  # the newest closed streams, oldest first
+        self.closed_ids: dict[int, int] = {}  # stream -> How it closed  # the newest closed streams, oldest first
         self.last_stream_id = 0
         # a field block being continued: stream, first frame's flags, block, self-dependent, empty frames
         self.continuation: tuple[int, int, bytearray, bool, int] | None = None
@@ -123,7 +123,7 @@ class Connection:
         size = len(buf)
         try:
             while size - pos >= 9 and not self.closing and not self.closed:
-                if budget <= 0 or self.blocked():
+                if budget <= 0 or len(self.out) >= self.limits.out_limit:  # blocked()
                     return True
                 length, kind, flags, stream_id = h2.parse_header(buf, pos)
                 if length > h2.DEFAULT_MAX_FRAME:  # we never raise SETTINGS_MAX_FRAME_SIZE
@@ -187,7 +187,7 @@ class Connection:
             raise h2.ProtocolError(f"{name} on idle stream {stream_id}")
         how = self.closed_ids.get(stream_id)
         if how is not None and late_frame_is_error(how, kind):
-            raise h2.ProtocolError(f"{name} on closed stream {stream_id} ({how.value})", h2.STREAM_CLOSED)
+            raise h2.ProtocolError(f"{name} on closed stream {stream_id} ({How.NAMES[how]})", h2.STREAM_CLOSED)
 
     def _settings(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id:
@@ -335,8 +335,10 @@ class Connection:
         if self.going_away or not self.server.may_open_stream(self):
             self._reset_id(stream_id, h2.REFUSED_STREAM)
             return
+        server = self.server
+        server.serial += 1
         stream = Stream(stream_id, self.peer_initial_window, self.limits.stream_window, bool(flags & h2.END_STREAM),
-                        self.server.next_serial())
+                        server.serial)
         self.streams[stream_id] = stream
         self.server.open_streams += 1
         self.calls.open(stream, route)  # a malformed request raises its stream error here
@@ -347,10 +349,12 @@ class Connection:
         if stream_id == 0:
             raise h2.ProtocolError("DATA on stream 0")
         length = len(payload)  # padding included: it counts against flow control
-        if not self.window.take(length):
-            raise h2.ProtocolError("the client overran our connection window", h2.FLOW_CONTROL_ERROR)
         # the connection's window is flow control only: credit as DATA is read (a WINDOW_UPDATE per half window)
-        self.out += window_update(0, self.window.credit(length))
+        increment = self.window.receive(length)
+        if increment < 0:
+            raise h2.ProtocolError("the client overran our connection window", h2.FLOW_CONTROL_ERROR)
+        if increment:
+            self.out += h2.window_update(0, increment)
         stream = self.streams.get(stream_id)
         if stream is None:
             self._late(stream_id, h2.DATA, "DATA")
@@ -363,9 +367,13 @@ class Connection:
         stream.received += len(data)
         if stream.content_length is not None and stream.received > stream.content_length:
             raise h2.StreamError("more DATA than content-length")
-        self.hold(stream, self.calls.data(stream, data))
-        self.server.grant(self, stream, length)  # as it arrives, budget allowing: a message of any size gets through
-        if flags & h2.END_STREAM and stream.id in self.streams:
+        kept = self.calls.data(stream, data)
+        if kept:
+            self.hold(stream, kept)
+        if not flags & h2.END_STREAM:
+            # credit as the bytes arrive, budget allowing: a message of any size gets through
+            self.server.grant(self, stream, length)
+        elif stream.id in self.streams:
             self._end_of_request(stream)
 
     def hold(self, stream: Stream, length: int) -> None:
@@ -376,8 +384,11 @@ class Connection:
 
     def release(self, stream: Stream) -> None:
         """The stream's buffered request is consumed or dropped: its bytes leave the budget."""
-        if stream.held:
-            self.hold(stream, -stream.held)
+        held = stream.held
+        if held:
+            stream.held = 0
+            self.requests -= held
+            self.server.buffered -= held
 
     def give_stream_credit(self, stream: Stream, length: int) -> None:
         stream.recv_window += length
@@ -385,11 +396,11 @@ class Connection:
         self.out += h2.window_update(stream.id, length)
 
     def _end_of_request(self, stream: Stream) -> None:
-        if stream.state is State.OPEN:
+        if stream.state == State.OPEN:
             stream.move(StreamEvent.RECV_END_STREAM)
         if stream.content_length is not None and stream.received != stream.content_length:
             raise h2.StreamError(f"{stream.received} bytes of DATA where content-length says {stream.content_length}")
-        if stream.state is State.CLOSED:
+        if stream.state == State.CLOSED:
             self._closed(stream, How.ENDED)
             return
         self.calls.end_of_request(stream)
@@ -451,7 +462,7 @@ class Connection:
 
     def finished(self, stream: Stream) -> None:
         """END_STREAM went out: closed if the request had ended too."""
-        if stream.move(StreamEvent.SEND_END_STREAM) is State.CLOSED:
+        if stream.move(StreamEvent.SEND_END_STREAM) == State.CLOSED:
             self._closed(stream, How.ENDED)
         else:  # answered before the request ended: ask the client to stop (RFC 9113 8.1, gRPC)
             self.reset(stream, h2.NO_ERROR)
@@ -469,7 +480,7 @@ class Connection:
         be sent, so the connection ends instead (RFC 9113 5.4: a stream error may always be treated so)."""
         stream = self.streams.get(stream_id)
         if stream is None:
-            if self.closed_ids.get(stream_id) is How.RESET_BY_US:
+            if self.closed_ids.get(stream_id) == How.RESET_BY_US:
                 return  # we reset it already; what the client sent meanwhile is moot
             raise h2.ProtocolError(str(error), error.code)
         log.debug("resetting stream %d: %s", stream_id, error)
@@ -483,25 +494,27 @@ class Connection:
         self.out += h2.rst_stream(stream_id, code)
         self._remember(stream_id, How.RESET_BY_US)
 
-    def _remember(self, stream_id: int, how: How) -> None:
+    def _remember(self, stream_id: int, how: int) -> None:
         closed = self.closed_ids
         closed[stream_id] = how
         if len(closed) > REMEMBERED_CLOSED:
             del closed[next(iter(closed))]
 
-    def _close(self, stream: Stream, event: StreamEvent) -> None:
+    def _close(self, stream: Stream, event: int) -> None:
         stream.move(event)
         self._closed(stream, closed_how(event))
 
-    def _closed(self, stream: Stream, how: How) -> None:
+    def _closed(self, stream: Stream, how: int) -> None:
         """However a stream ends: the gRPC layer lets go of it, its slot and buffers go back."""
         if self.streams.pop(stream.id, None) is None:
             return
         self.server.open_streams -= 1
         self._remember(stream.id, how)
         stream.state = State.CLOSED
-        self.calls.closed(stream)
-        self.release(stream)
+        if stream.call is not None:
+            self.calls.closed(stream)
+        if stream.held:
+            self.release(stream)
         self.held -= stream.unsent
         stream.pending, stream.offset, stream.final = b"", 0, None
 

@@ -5,8 +5,6 @@ gets through a window of any size."""
 
 from __future__ import annotations
 
-from . import h2
-
 
 class ReceiveWindow:
     """What the peer may still send on a connection or stream, and credit not yet given back."""
@@ -18,21 +16,16 @@ class ReceiveWindow:
         self.left = size
         self.owed = 0
 
-    def take(self, length: int) -> bool:
-        """`length` bytes arrived (padding included); False when the peer overran the window."""
-        self.left -= length
-        return self.left >= 0
-
-    def credit(self, length: int) -> int:
-        """`length` bytes may be sent again: the increment to send now (0 while below half the window,
-        so a stream of small frames costs few WINDOW_UPDATEs)."""
-        self.owed += length
-        if self.owed >= self.size // 2:
-            increment, self.owed = self.owed, 0
-            self.left += increment
-            return increment
+    def receive(self, length: int) -> int:
+        """`length` bytes arrived (padding included) and may be sent again at once: the increment to
+        give back now (0 while below half the window, so small frames cost few WINDOW_UPDATEs), or
+        -1 when the peer overran the window."""
+        left = self.left - length
+        if left < 0:
+            return -1
+        owed = self.owed + length
+        if owed >= self.size // 2:
+            self.left, self.owed = left + owed, 0
+            return owed
+        self.left, self.owed = left, owed
         return 0
-
-
-def window_update(stream_id: int, increment: int) -> bytes:
-    return h2.window_update(stream_id, increment) if increment else b""

@@ -78,7 +78,7 @@ class Server:
         self.encoded = Encoded()
         self.open_streams = 0  # across all connections
         self.buffered = 0  # request bytes buffered across all connections
-        self._serial = 0
+        self.serial = 0  # streams opened so far, all connections: a stream's number says how old it is
         self._waiting: dict[tuple[Connection, int], Stream] = {}  # streams owed credit the budget held back
         self._epoll = select.epoll()
         self._connections: dict[int, Connection] = {}  # by file descriptor, oldest first
@@ -88,6 +88,9 @@ class Server:
         self._accept_failing = False  # an episode of failed accepts is going on (logged once)
         self._more = False  # a connection had frames left after its turn: the next turn comes at once
         self._peak = 0  # the most bytes buffered and queued since memory was last handed back
+        self._queued = 0  # output queued across all connections, as of the end of the last turn
+        self._preferred = 0  # connections marked the kubelet's
+        self._next_sweep = 0.0  # when idle and stalled connections are looked for next
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._wake_lock = threading.Lock()
         self._woken = False
@@ -133,10 +136,6 @@ class Server:
 
     # ------------------------------------------------------------ what connections ask of the server
 
-    def next_serial(self) -> int:
-        self._serial += 1
-        return self._serial
-
     def may_open_stream(self, connection: Connection) -> bool:
         """A new stream on `connection`: within its own cap, not while answers it has not taken fill
         its output cap, and within the total unless it is the kubelet's or its only one (so a new
@@ -149,7 +148,7 @@ class Server:
 
     def grant(self, connection: Connection, stream: Stream, length: int) -> None:
         """`length` bytes of `stream`'s window are owed back: sent now, or once the budget allows."""
-        if stream.remote_closed or length <= 0:
+        if length <= 0 or stream.remote_closed:
             return
         stream.owed += length
         if stream.owed < self.limits.stream_window // 2:
@@ -162,12 +161,15 @@ class Server:
     def prefer(self, connection: Connection) -> None:
         if not connection.preferred:
             connection.preferred = True
+            self._preferred += 1
             log.debug("connection %d is the kubelet's: served first", connection.fd)
 
     def closing_at(self, connection: Connection, deadline: float) -> None:
         self._closing[connection] = deadline
 
     def forget(self, connection: Connection) -> None:
+        if connection.preferred and self._connections.get(connection.fd) is connection:
+            self._preferred -= 1
         with contextlib.suppress(OSError, ValueError):
             self._epoll.unregister(connection.fd)
         self._connections.pop(connection.fd, None)
@@ -212,7 +214,8 @@ class Server:
                 if stream.call is not None and not connection.closed:
                     connection.calls.poll(stream)
         self._serve()
-        self._grant_waiting()
+        if self._waiting:
+            self._grant_waiting()
         if self._closing or self._accept_paused_until:
             self._expire()
 
@@ -220,9 +223,13 @@ class Server:
         """Each connection with input gets one turn of at most `frames_per_turn` frames, the kubelet's
         first; the others wait while the output queued for everyone is above the budget, and each
         waits while its own output is above the cap (its peer is not reading)."""
-        over = self._output_queued() > self.limits.max_buffered
+        over = self._queued > self.limits.max_buffered
         more = False
-        for connection in sorted(self._connections.values(), key=lambda c: not c.preferred):
+        queued = 0
+        connections = list(self._connections.values())
+        if len(connections) > 1:
+            connections.sort(key=_not_preferred)
+        for connection in connections:
             if connection.closed or not connection.inbuf or connection.blocked():
                 continue
             if over and not connection.preferred:
@@ -242,11 +249,11 @@ class Server:
                 connection.close()  # the client said GOAWAY and has every answer
                 continue
             self._update_interest(connection, over)
+            queued += len(connection.out) + connection.held
         self._more = more
-        self._hand_back_memory()
-
-    def _output_queued(self) -> int:
-        return sum(len(c.out) + c.held for c in self._connections.values())
+        self._queued = queued
+        if self._peak or queued + self.buffered > 256 * 1024:
+            self._hand_back_memory(queued)
 
     def _update_interest(self, connection: Connection, over: bool) -> None:
         reading = connection.closing or (
@@ -274,24 +281,21 @@ class Server:
                 connection.flush()
 
     def _timeout(self) -> float:
-        """Until the next timer: none when nothing waits (an idle plugin sleeps in epoll)."""
+        """Until the next timer. None while only the kubelet's connections are open (an idle plugin
+        sleeps in epoll); otherwise idle and stalled connections are looked for a few times per
+        timeout, not on every turn."""
         if self._more:
             return 0.0
-        deadlines = list(self._closing.values())
-        if self._accept_paused_until:
-            deadlines.append(self._accept_paused_until)
-        limits = self.limits
-        for connection in self._connections.values():
-            if not connection.streams:
-                deadlines.append(connection.last_activity + limits.idle_timeout)
-            elif (connection.out or connection.held or connection.requests) and not connection.preferred:
-                deadlines.append(max(connection.last_progress, connection.last_activity) + limits.stall_timeout)
-        if not deadlines:
+        if not self._closing and not self._accept_paused_until and len(self._connections) == self._preferred:
             return -1.0
-        timeout = max(0.0, min(deadlines) - time.monotonic())
-        if timeout == 0.0:
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + min(15.0, self.limits.idle_timeout / 4, self.limits.stall_timeout / 4)
             self._expire()
-        return timeout
+        deadline = min(self._next_sweep, *self._closing.values()) if self._closing else self._next_sweep
+        if self._accept_paused_until:
+            deadline = min(deadline, self._accept_paused_until)
+        return max(0.0, deadline - now)
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -373,10 +377,10 @@ class Server:
             with contextlib.suppress(OSError, ValueError):
                 self._epoll.register(listener.fileno(), _READ)
 
-    def _hand_back_memory(self) -> None:
+    def _hand_back_memory(self, output: int) -> None:
         """After a burst (many MiB buffered, now drained), give freed heap back to the system: CPython
         and glibc keep it otherwise, and RSS would stay at the burst's peak."""
-        queued = self.buffered + self._output_queued()
+        queued = self.buffered + output
         self._peak = max(self._peak, queued)
         if self._peak >= 4 * 1024 * 1024 and queued < 256 * 1024:
             self._peak = 0
@@ -411,6 +415,10 @@ class Server:
                     os.close(fd)
             self._wake_r = self._wake_w = -1
         self.stopped.set()
+
+
+def _not_preferred(connection: Connection) -> bool:
+    return not connection.preferred
 
 
 def _flush_blocking(connection: Connection, deadline: float) -> None:
