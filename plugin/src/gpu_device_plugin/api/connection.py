@@ -515,8 +515,10 @@ class Connection:
             self.calls.closed(stream)
         if stream.held:
             self.release(stream)
-        self.held -= stream.unsent
-        stream.pending, stream.offset, stream.final = b"", 0, None
+        if stream.pending:
+            self.held -= len(stream.pending) - stream.offset
+            stream.pending, stream.offset = b"", 0
+        stream.final = None
 
     # ------------------------------------------------------------ output and teardown
 

@@ -285,7 +285,7 @@ class Calls:
             return
         length = len(message) + 5
         if length <= connection.send_window and length <= stream.send_window and length <= connection.peer_max_frame \
-                and not connection.table_update and not connection.blocked():
+                and not connection.table_update and len(connection.out) < connection.limits.out_limit:
             sid = stream.id
             out = connection.out
             out += _ANSWER_HEAD.pack(0, len(RESPONSE_HEADERS), h2.HEADERS, h2.END_HEADERS, sid, RESPONSE_HEADERS,
@@ -376,10 +376,9 @@ class Calls:
 
     def closed(self, stream: Stream) -> None:
         """The stream ended, however: its watch ends, its buffers go."""
-        call: Call | None = stream.call  # type: ignore[assignment]
-        if call is None:
-            return
-        self._end_watch(call, stream)
+        call: Call = stream.call  # type: ignore[assignment]
+        if call.watch is not None:
+            self._end_watch(call, stream)
         call.queued = None
         call.body = bytearray()
 

@@ -229,12 +229,13 @@ class Server:
         connections = list(self._connections.values())
         if len(connections) > 1:
             connections.sort(key=_not_preferred)
+        out_limit = self.limits.out_limit
         for connection in connections:
-            if connection.closed or not connection.inbuf or connection.blocked():
+            if connection.closed or not connection.inbuf or len(connection.out) >= out_limit:
                 continue
             if over and not connection.preferred:
                 continue
-            if connection.process(self.limits.frames_per_turn) and not connection.blocked():
+            if connection.process(self.limits.frames_per_turn) and len(connection.out) < out_limit:
                 more = True
         for connection in list(self._connections.values()):
             if connection.closed:
