@@ -89,7 +89,8 @@ class Connection:
         if not data:
             self.close()
             return
-        self.last_activity = time.monotonic()
+        if not self.preferred:  # the kubelet's connection is never timed out: spare it the clock
+            self.last_activity = time.monotonic()
         if self.closing:
             return  # lingering after GOAWAY: the peer's frames are read and dropped
         self.inbuf += data
@@ -235,7 +236,8 @@ class Connection:
             self.send_window += increment
             if self.send_window > h2.MAX_WINDOW:
                 raise h2.ProtocolError("the connection window past 2^31-1", h2.FLOW_CONTROL_ERROR)
-            self.wants_push = True
+            if self.held:  # only answers already queued can have waited for this credit
+                self.wants_push = True
             return
         stream = self.streams.get(stream_id)
         if stream is None:
@@ -368,8 +370,10 @@ class Connection:
         if stream.content_length is not None and stream.received > stream.content_length:
             raise h2.StreamError("more DATA than content-length")
         kept = self.calls.data(stream, data)
-        if kept:
-            self.hold(stream, kept)
+        if kept:  # hold(), inline: once per request
+            stream.held += kept
+            self.requests += kept
+            self.server.buffered += kept
         if not flags & h2.END_STREAM:
             # credit as the bytes arrive, budget allowing: a message of any size gets through
             self.server.grant(self, stream, length)
@@ -555,8 +559,8 @@ class Connection:
                 self.close()
                 return
             del out[:sent]
-            now = time.monotonic()
-            self.last_activity = self.last_progress = now
+            if not self.preferred:
+                self.last_activity = self.last_progress = time.monotonic()
         if self.closing and not out:
             with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_WR)  # GOAWAY is out: the peer sees EOF, we read until it closes

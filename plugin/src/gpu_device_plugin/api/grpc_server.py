@@ -192,7 +192,11 @@ class Server:
 
     def _turn(self) -> None:
         connections = self._connections
-        for fd, mask in self._epoll.poll(self._timeout()):
+        if self._more or self._closing or self._accept_paused_until or len(connections) != self._preferred:
+            timeout = self._timeout()
+        else:
+            timeout = -1.0  # only the kubelet's connections: no timer (an idle plugin sleeps in epoll)
+        for fd, mask in self._epoll.poll(timeout):
             connection = connections.get(fd)
             if connection is None:
                 if fd == self._wake_r:
