@@ -39,7 +39,7 @@ _RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc"
 
 
 class _Call:
-    __slots__ = ("id", "method", "path", "body", "watch", "pending", "queued", "trailers", "headers_sent")
+    __slots__ = ("id", "method", "path", "body", "watch", "pending", "queued", "trailers", "headers_sent", "plain")
 
     def __init__(self, stream_id: int) -> None:
         self.id = stream_id
@@ -51,6 +51,7 @@ class _Call:
         self.queued: Any = None
         self.trailers: list[tuple[bytes, bytes]] | None = None
         self.headers_sent = False
+        self.plain = False  # not gRPC: a line of text ended by an empty DATA frame, no trailers
 
 
 class _Connection:
@@ -83,15 +84,18 @@ class _Connection:
             self.close()
             return
         try:
-            events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError as error:
+            for event in self.h2.receive_data(data):
+                self._event(event)
+        except h2.exceptions.ProtocolError as error:  # h2 queued the GOAWAY: send it, then close
             self.out += self.h2.data_to_send()
             self.flush()
             log.debug("closing a connection: %s", error)
             self.close()
             return
-        for event in events:
-            self._event(event)
+        except h2.exceptions.H2Error as error:  # a state our glue did not expect: this connection only
+            log.debug("closing a connection: %s", error)
+            self.close()
+            return
         self.flush()
 
     def _event(self, event: Any) -> None:
@@ -101,9 +105,12 @@ class _Connection:
             fields = dict(event.headers)
             call.path = fields.get(b":path", b"").decode("latin-1")
             grpc = fields.get(b"content-type", b"").startswith(b"application/grpc")
-            if fields.get(b":method") != b"POST" or not grpc:
-                self.h2.send_headers(event.stream_id, [(b":status", b"415")], end_stream=True)
-                self.calls.pop(event.stream_id, None)
+            if fields.get(b":method") != b"POST" or not grpc:  # as ours: a status and a line of text
+                status = b"405" if fields.get(b":method") != b"POST" else b"415"
+                self.h2.send_headers(event.stream_id, [(b":status", status), (b"content-type", b"text/plain")])
+                call.headers_sent = call.plain = True
+                call.pending = b"this is a gRPC server\n"
+                self._push(call)
                 return
             call.method = self.server.methods.get(call.path)
             if call.method is None:
@@ -115,7 +122,7 @@ class _Connection:
             self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
         elif isinstance(event, h2.events.StreamEnded):
             call = self.calls.get(event.stream_id)
-            if call is not None and call.method is not None:
+            if call is not None and call.method is not None and not call.plain:
                 self._call(call)
         elif isinstance(event, h2.events.StreamReset):
             self._drop(event.stream_id)
@@ -191,7 +198,10 @@ class _Connection:
                     return
                 connection.send_data(sid, call.pending[:allowed])
                 call.pending = call.pending[allowed:]
-            if call.trailers is not None:
+            if call.plain:
+                connection.send_data(sid, b"", end_stream=True)
+                self.calls.pop(sid, None)
+            elif call.trailers is not None:
                 if call.headers_sent:
                     connection.send_headers(sid, call.trailers, end_stream=True)
                 else:
