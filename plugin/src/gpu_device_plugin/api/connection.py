@@ -334,17 +334,17 @@ class Connection:
         if self_dependent:
             self._reset_id(stream_id, h2.PROTOCOL_ERROR)
             return
-        if self.going_away or not self.server.may_open_stream(self):
+        server = self.server
+        if self.going_away or not server.may_open_stream(self):
             self._reset_id(stream_id, h2.REFUSED_STREAM)
             return
-        server = self.server
         server.serial += 1
         stream = Stream(stream_id, self.peer_initial_window, self.limits.stream_window, bool(flags & h2.END_STREAM),
                         server.serial)
         self.streams[stream_id] = stream
-        self.server.open_streams += 1
+        server.open_streams += 1
         self.calls.open(stream, route)  # a malformed request raises its stream error here
-        if stream.remote_closed and stream.id in self.streams:
+        if flags & h2.END_STREAM and stream_id in self.streams:
             self._end_of_request(stream)
 
     def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
@@ -361,24 +361,23 @@ class Connection:
         if stream is None:
             self._late(stream_id, h2.DATA, "DATA")
             return  # we reset it: its late data is dropped
-        check_receive(stream.state, h2.DATA)
-        data = h2.unpadded(payload, flags)
+        if stream.state != State.OPEN:
+            check_receive(stream.state, h2.DATA)
+        data = h2.unpadded(payload, flags) if flags & h2.PADDED else payload
         stream.recv_window -= length
         if stream.recv_window < 0:
             raise h2.StreamError("the client overran the stream's window", h2.FLOW_CONTROL_ERROR)
         stream.received += len(data)
         if stream.content_length is not None and stream.received > stream.content_length:
             raise h2.StreamError("more DATA than content-length")
+        if flags & h2.END_STREAM:  # the last chunk goes with the end: a one-frame request is never held
+            self._end_of_request(stream, data)
+            return
         kept = self.calls.data(stream, data)
-        if kept:  # hold(), inline: once per request
-            stream.held += kept
-            self.requests += kept
-            self.server.buffered += kept
-        if not flags & h2.END_STREAM:
-            # credit as the bytes arrive, budget allowing: a message of any size gets through
-            self.server.grant(self, stream, length)
-        elif stream.id in self.streams:
-            self._end_of_request(stream)
+        if kept:
+            self.hold(stream, kept)
+        # credit as the bytes arrive, budget allowing: a message of any size gets through
+        self.server.grant(self, stream, length)
 
     def hold(self, stream: Stream, length: int) -> None:
         """`length` request bytes buffered for `stream` (negative: released)."""
@@ -399,7 +398,8 @@ class Connection:
         stream.owed -= length
         self.out += h2.window_update(stream.id, length)
 
-    def _end_of_request(self, stream: Stream) -> None:
+    def _end_of_request(self, stream: Stream, last: bytes = b"") -> None:
+        """The request ended (END_STREAM), `last` its final DATA (if any): checked, then handled."""
         if stream.state == State.OPEN:
             stream.move(StreamEvent.RECV_END_STREAM)
         if stream.content_length is not None and stream.received != stream.content_length:
@@ -407,7 +407,7 @@ class Connection:
         if stream.state == State.CLOSED:
             self._closed(stream, How.ENDED)
             return
-        self.calls.end_of_request(stream)
+        self.calls.end_of_request(stream, last)
 
     # ------------------------------------------------------------ output
 
@@ -515,7 +515,8 @@ class Connection:
         self.server.open_streams -= 1
         self._remember(stream.id, how)
         stream.state = State.CLOSED
-        if stream.call is not None:
+        call = stream.call
+        if call is not None and (call.watch is not None or call.queued is not None):  # type: ignore[attr-defined]
             self.calls.closed(stream)
         if stream.held:
             self.release(stream)

@@ -218,20 +218,29 @@ class Calls:
             return 0
         return len(data)
 
-    def end_of_request(self, stream: Stream) -> None:
+    def end_of_request(self, stream: Stream, last: bytes) -> None:
+        """The request is complete; `last` is its final DATA payload (b"" when none)."""
         call: Call = stream.call  # type: ignore[assignment]
         if call.http_status:
             self._answer_http(stream, call.http_status)
         elif not call.discard:
-            self._call(stream, call)
+            body: bytes | bytearray = last
+            if call.body:  # earlier frames were held: one buffer
+                body = call.body
+                body += last
+                call.body = bytearray()
+                self.connection.release(stream)
+            limit = self.connection.limits.max_message
+            if len(body) > limit + 5:
+                self.reject(stream, StatusCode.RESOURCE_EXHAUSTED,
+                            f"Received message larger than max ({len(body) - 5} vs. {limit})")
+                return
+            self._call(stream, call, body)
 
-    def _call(self, stream: Stream, call: Call) -> None:
+    def _call(self, stream: Stream, call: Call, body: bytes | bytearray) -> None:
         connection = self.connection
         method = call.method
         assert method is not None
-        body = call.body
-        call.body = bytearray()
-        connection.release(stream)
         if len(body) < 5:
             self.reject(stream, StatusCode.INTERNAL, "the request has no message")
             return

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 _READ, _WRITE = select.EPOLLIN, select.EPOLLOUT
 _HANGUP = select.EPOLLHUP | select.EPOLLERR
+_READ_AHEAD = 2 * h2.DEFAULT_MAX_FRAME  # unparsed input past this: the socket is not read until it is parsed
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -262,7 +263,7 @@ class Server:
 
     def _update_interest(self, connection: Connection, over: bool) -> None:
         reading = connection.closing or (
-            len(connection.inbuf) < 2 * h2.DEFAULT_MAX_FRAME and not connection.blocked()
+            len(connection.inbuf) < _READ_AHEAD and len(connection.out) < self.limits.out_limit
             and (connection.preferred or not over))
         wanted = (_READ if reading else 0) | (_WRITE if connection.out else 0)
         if wanted != connection.interest:
