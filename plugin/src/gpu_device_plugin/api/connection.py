@@ -67,6 +67,7 @@ class Connection:
         self.held = 0  # answer bytes queued on this connection's streams, not yet in `out`
         self.requests = 0  # request bytes buffered on this connection's streams
         self.wants_push = False  # output room came back: streams with something to send get a turn
+        self.counted = 0  # this connection's output in the server's total, as of its last turn
         now = time.monotonic()
         self.last_activity = now  # a frame received or a byte written
         self.last_progress = now  # a byte written
@@ -122,9 +123,11 @@ class Connection:
             pos = len(h2.PREFACE)
             self.preface_seen = True
         size = len(buf)
+        out = self.out
+        out_limit = self.limits.out_limit
         try:
-            while size - pos >= 9 and not self.closing and not self.closed:
-                if budget <= 0 or len(self.out) >= self.limits.out_limit:  # blocked()
+            while size - pos >= 9 and not self.closing:
+                if budget <= 0 or len(out) >= out_limit:  # blocked()
                     return True
                 length, kind, flags, stream_id = h2.parse_header(buf, pos)
                 if length > h2.DEFAULT_MAX_FRAME:  # we never raise SETTINGS_MAX_FRAME_SIZE
@@ -510,10 +513,14 @@ class Connection:
 
     def _closed(self, stream: Stream, how: int) -> None:
         """However a stream ends: the gRPC layer lets go of it, its slot and buffers go back."""
-        if self.streams.pop(stream.id, None) is None:
+        stream_id = stream.id
+        if self.streams.pop(stream_id, None) is None:
             return
         self.server.open_streams -= 1
-        self._remember(stream.id, how)
+        closed = self.closed_ids  # _remember, inline: once per call
+        closed[stream_id] = how
+        if len(closed) > REMEMBERED_CLOSED:
+            del closed[next(iter(closed))]
         stream.state = State.CLOSED
         call = stream.call
         if call is not None and (call.watch is not None or call.queued is not None):  # type: ignore[attr-defined]

@@ -224,17 +224,17 @@ class Calls:
         if call.http_status:
             self._answer_http(stream, call.http_status)
         elif not call.discard:
-            body: bytes | bytearray = last
+            body: bytes | bytearray = last  # a one-frame request: no copy (a frame is far below the limit)
             if call.body:  # earlier frames were held: one buffer
                 body = call.body
                 body += last
                 call.body = bytearray()
                 self.connection.release(stream)
-            limit = self.connection.limits.max_message
-            if len(body) > limit + 5:
-                self.reject(stream, StatusCode.RESOURCE_EXHAUSTED,
-                            f"Received message larger than max ({len(body) - 5} vs. {limit})")
-                return
+                limit = self.connection.limits.max_message
+                if len(body) > limit + 5:
+                    self.reject(stream, StatusCode.RESOURCE_EXHAUSTED,
+                                f"Received message larger than max ({len(body) - 5} vs. {limit})")
+                    return
             self._call(stream, call, body)
 
     def _call(self, stream: Stream, call: Call, body: bytes | bytearray) -> None:

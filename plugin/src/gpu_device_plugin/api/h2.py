@@ -142,6 +142,8 @@ def header_fragment(payload: bytes, flags: int, stream_id: int) -> tuple[bytes, 
     """A HEADERS payload's field block fragment, and whether its priority fields make the stream depend
     on itself. Too short for the pad length and priority fields: FRAME_SIZE_ERROR; padding longer
     than what is left after them: PROTOCOL_ERROR (RFC 9113 6.2)."""
+    if not flags & (PADDED | PRIORITY_FLAG):
+        return payload, False
     start = 1 if flags & PADDED else 0
     if flags & PRIORITY_FLAG:
         start += 5
