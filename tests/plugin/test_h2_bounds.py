@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import socket
 import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
@@ -216,23 +217,24 @@ def test_a_client_that_grants_a_huge_window_and_never_reads_fills_only_the_outpu
         plugin.stop()
 
 
-def flood(peer: Peer, frame_bytes: bytes, most: int = 200_000) -> int:
-    """Send `frame_bytes` until the server stops taking them (it stopped reading) or `most` went out;
-    never reads. How many went out whole."""
+def flood(peer: Peer, frame_bytes: bytes, paused, most: int = 200_000) -> int:
+    """Send `frame_bytes` until the server stops taking them because it stopped reading (`paused()`
+    says so: a condition, not a guess from how long sends block) or `most` went out; never reads.
+    How many went out whole."""
     peer.sock.setblocking(False)
     batch = frame_bytes * 256
     sent = 0
-    stalls = 0
     pending = b""
-    while sent < most * len(frame_bytes) and stalls < 30:
+    deadline = time.monotonic() + 60
+    while sent < most * len(frame_bytes) and time.monotonic() < deadline:
         chunk = pending or batch
         try:
             n = peer.sock.send(chunk)
         except BlockingIOError:
-            stalls += 1
+            if paused():
+                break
             threading.Event().wait(0.01)  # the server's side is full: give its loop a moment
             continue
-        stalls = 0
         sent += n
         pending = chunk[n:]
     peer.sock.settimeout(5)
@@ -255,7 +257,7 @@ def test_a_flood_from_a_client_that_never_reads_pauses_its_connection_and_loses_
 
     def send() -> None:
         nonlocal sent
-        sent = flood(flooder, frame_bytes)
+        sent = flood(flooder, frame_bytes, lambda: any(c.blocked() for c in plugin.connections))
 
     growth = traced_growth(send)
     connection = next(c for c in plugin.connections if c.blocked())

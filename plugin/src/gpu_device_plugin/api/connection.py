@@ -79,9 +79,9 @@ class Connection:
     # ------------------------------------------------------------ input
 
     def read(self) -> None:
-        """Take what the socket has (at most READ_SIZE) into the input buffer."""
+        """Take what the socket has into the input buffer, which holds READ_SIZE at most."""
         try:
-            data = self.sock.recv(READ_SIZE)
+            data = self.sock.recv(max(READ_SIZE - len(self.inbuf), 4096) if not self.closing else READ_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
