@@ -50,9 +50,10 @@ class BenchError(Exception):
 
 @dataclass
 class Target:
-    name: str  # "go-reference", "simulated", "tegra"
+    name: str  # "go-reference", "simulated", "tegra", or a --plugin / --variant name
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    setup: str = ""  # which leg's files prepare() makes: "simulated", "tegra" or none
 
 
 @dataclass
@@ -193,6 +194,13 @@ class GoClient:
         self.proc.stdin.flush()
         return self.wait("admissions", 120 + count / 100)
 
+    def bulk(self, calls: int, size: int) -> list[str]:
+        """`calls` concurrent Allocates of about `size` bytes each on the one connection: their codes."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"bulk {calls} {size}\n")
+        self.proc.stdin.flush()
+        return self.wait("bulk", 60)["codes"]
+
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
@@ -287,7 +295,7 @@ def start(target: Target, client_binary: Path, args: argparse.Namespace) -> Runn
         env = {k: v.replace("{cache_root}", args.cache_root) for k, v in target.env.items()}
         if "CACHE_DIRECTORY" in env:
             os.makedirs(env["CACHE_DIRECTORY"], exist_ok=True)
-        prepare(target.name, work)
+        prepare(target.setup, work)
         started = time.time_ns()
         running.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
@@ -345,10 +353,10 @@ def measure_round(chosen: Sequence[Target], client_binary: Path, args: argparse.
             r.stop()
 
 
-def prepare(name: str, work: str) -> None:
-    if name == "simulated":
+def prepare(setup: str, work: str) -> None:
+    if setup == "simulated":
         os.makedirs(os.path.join(work, "health"))
-    elif name == "tegra":
+    elif setup == "tegra":
         root = os.path.join(work, "nano")
         shutil.copytree(NANO_FIXTURE, root, symlinks=True)
         try:  # with a readable kernel log the monitor runs the select() loop a Jetson runs
@@ -368,21 +376,37 @@ def extra_target(spec: str) -> Target:
     return Target(name, command.split())
 
 
+_FLAGS = ["--kubelet-socket", "{socket_dir}/kubelet.sock", "--log-level", "info", "--health-recovery-period", "0"]
+_SIMULATED = ["--config-file", str(IMAGE_CONFIGS / "qemuall" / "gpu-device-plugin.yaml"),
+              "--simulated-health-dir", "{work}/health"]
+
+
 def targets(python: str) -> list[Target]:
     env = {"PYTHONPATH": str(ROOT / "plugin" / "src"), "JOURNAL_STREAM": ""}
     # the unit's CacheDirectory, one per target kept across rounds: round 1 is a first start
     # (the config file parsed), later rounds restarts (its parsed copy read back)
-    ours = [python, "-m", "gpu_device_plugin", "--kubelet-socket", "{socket_dir}/kubelet.sock",
-            "--log-level", "info", "--health-recovery-period", "0"]
+    ours = [python, "-m", "gpu_device_plugin", *_FLAGS]
     return [
         Target(REFERENCE, [str(GO_BIN / "reference-plugin"), "-kubelet-socket", "{socket_dir}/kubelet.sock",
                            "-devices", "2"]),
-        Target("simulated", [*ours, "--config-file", str(IMAGE_CONFIGS / "qemuall" / "gpu-device-plugin.yaml"),
-                             "--simulated-health-dir", "{work}/health"],
-               {**env, "CACHE_DIRECTORY": "{cache_root}/simulated"}),
+        Target("simulated", [*ours, *_SIMULATED], {**env, "CACHE_DIRECTORY": "{cache_root}/simulated"}, "simulated"),
         Target("tegra", [*ours, "--config-file", str(IMAGE_CONFIGS / "tegra" / "gpu-device-plugin.yaml"),
-                         "--host-root", "{work}/nano"], {**env, "CACHE_DIRECTORY": "{cache_root}/tegra"}),
+                         "--host-root", "{work}/nano"], {**env, "CACHE_DIRECTORY": "{cache_root}/tegra"}, "tegra"),
     ]
+
+
+def variant_target(spec: str, python: str) -> Target:
+    """--variant NAME=PATHS[=SCRIPT]: the simulated leg exactly (config file, health directory, cache,
+    environment), with PATHS (os.pathsep-separated) as PYTHONPATH and, if given, `python SCRIPT`
+    run instead of `python -m gpu_device_plugin`: another commit of the plugin, or another transport."""
+    name, _, rest = spec.partition("=")
+    paths, _, script = rest.partition("=")
+    if not name or not paths or name in (REFERENCE, "simulated", "tegra"):
+        raise BenchError(f"--variant {spec!r}: write NAME=PYTHONPATH[=SCRIPT] with a new NAME, e.g. "
+                         "'before=/tmp/old/plugin/src'")
+    entry = [script] if script else ["-m", "gpu_device_plugin"]
+    return Target(name, [python, *entry, *_FLAGS, *_SIMULATED],
+                  {"PYTHONPATH": paths, "JOURNAL_STREAM": "", "CACHE_DIRECTORY": "{cache_root}/" + name}, "simulated")
 
 
 def compile_plugin(python: str) -> None:
@@ -421,6 +445,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "or a --plugin NAME")
     parser.add_argument("--plugin", action="append", default=[], metavar="NAME=COMMAND",
                         help="also measure this plugin; {socket_dir} in COMMAND is the kubelet's socket directory")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=PYTHONPATH[=SCRIPT]",
+                        help="also measure the simulated leg run from PYTHONPATH (another commit of the plugin), "
+                        "through SCRIPT if given (bench/h2lib_candidate.py: the plugin on python-hyper's h2)")
     parser.add_argument("--python", default=sys.executable, help="interpreter our plugin runs on")
     parser.add_argument("--json", metavar="PATH", help="also write every round's figures here")
     args = parser.parse_args(argv)
@@ -446,7 +473,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"client: kubelet-client ({go_stack}); reference: reference-plugin ({go_stack}); ours: {stack}")
         print(f"{os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}; our round 1 is a first "
               "start (config file parsed), later rounds restarts (its parsed copy read back)")
-        every = [*targets(args.python), *(extra_target(spec) for spec in args.plugin)]
+        every = [*targets(args.python), *(extra_target(spec) for spec in args.plugin),
+                 *(variant_target(spec, args.python) for spec in args.variant)]
         chosen = [t for t in every if not args.target or t.name in args.target]
         if not chosen:
             raise BenchError(f"no target named {', '.join(args.target)}: choose from "

@@ -88,3 +88,32 @@ def test_a_device_list_above_64_kib_reaches_grpc_go_through_its_window_growth(go
         sys.modules.pop("kubelet_bench_go", None)
         shutil.rmtree(socket_dir, ignore_errors=True)
     assert "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize(("calls", "size"), [(2, 3_100_000), (4, 1_200_000)], ids=["2x3.1MB", "4x1.2MB"])
+def test_concurrent_multi_megabyte_allocates_on_one_grpc_go_connection_are_all_answered(
+        go_bin: Path, calls: int, size: int) -> None:
+    """Issue 36, defect 1: credit came back only once a whole request was consumed, and the connection
+    window held one largest message, so two 3.1 MB (or four 1.2 MB) requests sent together each got
+    part of the window and waited forever for more. Every call must reach the handler (which refuses
+    the made-up device IDs: INVALID_ARGUMENT), none may run into its deadline."""
+    bench = load_bench(go_bin)
+    socket_dir = tempfile.mkdtemp(prefix="gdp-go-", dir="/tmp")
+    client = bench.GoClient(go_bin / "kubelet-client", socket_dir)
+    plugin = subprocess.Popen([sys.executable, "-m", "gpu_device_plugin", "--kubelet-socket",
+                               f"{socket_dir}/kubelet.sock", "--device-discovery-strategy", "simulated",
+                               "--simulated-gpus", "2"],
+                              env={**os.environ, "PYTHONPATH": str(ROOT / "plugin" / "src")},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        client.wait("registered", 30)
+        client.wait("devices", 30)
+        assert client.bulk(calls, size) == ["InvalidArgument"] * calls
+        assert len(client.admit(0, 5, 1)["ns"]) == 5, "the connection still admits after them"
+    finally:
+        plugin.terminate()
+        _, stderr = plugin.communicate(timeout=10)
+        client.close()
+        sys.modules.pop("kubelet_bench_go", None)
+        shutil.rmtree(socket_dir, ignore_errors=True)
+    assert "Traceback" not in stderr, stderr

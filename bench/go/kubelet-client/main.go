@@ -7,6 +7,8 @@
 // results leave on stdout as JSON lines:
 //
 //	admit WARMUP COUNT SIZE  -> {"event":"admissions","ns":[...]}  (COUNT timed admissions)
+//	bulk CALLS BYTES         -> {"event":"bulk","codes":[...]}  (CALLS concurrent Allocates of
+//	                            about BYTES each on the one connection, 20 s deadline; their status codes)
 //	quit                     -> exits
 //
 // An admission is GetPreferredAllocation then Allocate for one container of SIZE
@@ -30,6 +32,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 	api "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
@@ -200,6 +203,13 @@ func (k *kubelet) run(line string) bool {
 			numbers[i], _ = strconv.Atoi(fields[i+1])
 		}
 		k.admit(numbers[0], numbers[1], numbers[2])
+	case "bulk":
+		calls, size := 0, 0
+		if len(fields) == 3 {
+			calls, _ = strconv.Atoi(fields[1])
+			size, _ = strconv.Atoi(fields[2])
+		}
+		k.bulk(calls, size)
 	default:
 		k.emit(map[string]interface{}{"event": "error", "error": "unknown command " + fields[0]})
 	}
@@ -236,6 +246,38 @@ func (k *kubelet) admit(warmup, count, size int) {
 		times = append(times, time.Since(start).Nanoseconds())
 	}
 	k.emit(map[string]interface{}{"event": "admissions", "size": size, "ns": times})
+}
+
+// bulk: CALLS concurrent Allocates, each naming enough device IDs to be about BYTES long, on the
+// kubelet's one connection: the server must take them all through its flow-control windows.
+func (k *kubelet) bulk(calls, size int) {
+	k.mu.Lock()
+	ep := k.current
+	k.mu.Unlock()
+	if ep == nil || calls < 1 || size < 1 {
+		k.emit(map[string]interface{}{"event": "error", "error": "bulk CALLS BYTES needs a registered plugin"})
+		return
+	}
+	codes := make([]string, calls)
+	var wg sync.WaitGroup
+	for i := 0; i < calls; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ids := []string{}
+			for n := 0; n*24 < size; n++ {
+				ids = append(ids, fmt.Sprintf("bulk-%d-device-%011d", i, n))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := ep.client.Allocate(ctx, &api.AllocateRequest{
+				ContainerRequests: []*api.ContainerAllocateRequest{{DevicesIds: ids}}},
+				grpc.MaxCallSendMsgSize(64<<20))
+			codes[i] = status.Code(err).String()
+		}(i)
+	}
+	wg.Wait()
+	k.emit(map[string]interface{}{"event": "bulk", "codes": codes})
 }
 
 func main() {
