@@ -90,6 +90,8 @@ USAGE_ERRORS = [
      "flash --label needs a value each time it is given: --label VALUE"),
     (("flash", "--label"), "flash --label needs a value each time it is given"),
     (("smoke-test", "--runtime", "podman"), "error: --runtime must be auto, docker or containerd"),
+    (("smoke-test", "--image", "x.ext4", "--host", "root@192.168.1.50"),
+     "error: --image and --host exclude each other: boot an image in QEMU, or test a board"),
     (("smoke-test", "--image", "gpu-k8s-image-jetson-nano-devkit.sdcard"), "is a jetson-nano-devkit image"),
     (("release", "--kas", "kas/nope.yml"), "error: --kas kas/nope.yml: not one of our kas files"),
     (("rollout", "--version", "1.4.0", "--ring", "half", "--artifact-url", "http://u/a.mender", "--device-type",

@@ -1,6 +1,7 @@
-"""smoke-test stops waiting for SSH as soon as the guest's console shows the boot has ended short
-of it (a kernel panic, systemd's emergency shell, firmware or GRUB with nothing to boot), reports
-the console's tail, and QEMU is stopped. Stand-in QEMUs write a console the way a guest does and
+"""smoke-test says no as early as it can: options and files it cannot boot are refused before any
+QEMU starts, and the wait for SSH ends as soon as the guest's console shows the boot has ended
+short of it (a kernel panic, systemd's emergency shell, firmware or GRUB with nothing to boot),
+with the console's tail, QEMU stopped. Stand-in QEMUs write a console the way a guest does and
 then stay up, as a panicked kernel without panic= does; tests/tools/test_qemu_boot.py panics a
 real kernel."""
 
@@ -115,3 +116,30 @@ def test_the_console_is_read_as_it_grows_and_a_prompt_counts_without_its_newline
     other = tmp_path / "grub.log"
     other.write_bytes(b"error: no such partition.\ngrub rescue> ")
     assert qemu.ConsoleWatch(other).fatal() == ("GRUB found no configuration to boot (grub rescue)", "grub rescue>")
+
+
+# --- refused before any QEMU starts ---------------------------------------------------------
+
+@pytest.mark.parametrize(("make", "options", "error", "says"), [
+    ((), {"image": "gone.ext4"}, smoke_test.SmokeTestError, r"^--image .*gone.ext4 does not exist$"),
+    (("gpu-k8s-image-dev-qemux86-64.uefiimg", "bzImage", *smoke_test.OVMF_FILES),
+     {"image": "gpu-k8s-image-dev-qemux86-64.uefiimg", "kernel_args": "quiet"}, smoke_test.SmokeTestUsageError,
+     r"^--kernel-args does not apply to gpu-k8s-image-dev-qemux86-64.uefiimg: GRUB on the disk sets the kernel "
+     r"command line"),
+    (("gpu-k8s-image-dev-qemux86-64.uefiimg", "bzImage"), {"image": "gpu-k8s-image-dev-qemux86-64.uefiimg"},
+     smoke_test.SmokeTestError, r"boots through UEFI firmware, but .*ovmf.code.qcow2.* is missing"),
+    (("gpu-k8s-image-dev-qemux86-64.ext4", "bzImage"), {"image": "gpu-k8s-image-dev-qemux86-64.ext4",
+                                                         "runtime": "podman"},
+     smoke_test.SmokeTestUsageError, r"^--runtime must be auto, docker or containerd, got 'podman'$"),
+    ((), {}, smoke_test.SmokeTestError, r"^no gpu-k8s-image-dev .uefiimg or ext4 image in .*; run `./task build` "
+                                        r"first or pass --image PATH$"),
+], ids=["missing-image", "kernel-args-on-a-uefi-disk", "no-ovmf", "runtime", "nothing-built"])
+def test_what_cannot_boot_is_refused_before_any_qemu_starts(tmp_path: Path, stand_ins, make, options, error,
+                                                            says) -> None:
+    stand_ins.add("qemu-system-x86_64", guest_that_ends_with(PANIC))
+    for name in make:
+        (tmp_path / name).write_bytes(b"x")
+    given = {key: tmp_path / value if key == "image" else value for key, value in options.items()}
+    with pytest.raises(error, match=says):
+        smoke_test.run_smoke_test(smoke_test.SmokeOptions(**given), environ={"KAS_BUILD_DIR": str(tmp_path / "b")})
+    assert stand_ins.calls("qemu-system-x86_64") == []
