@@ -70,7 +70,7 @@ MACHINES: dict[str, MachineTarget] = {
     "jetson-agx-orin": MachineTarget(
         "kas/jetson-orin-nano.yml:kas/include/machine-jetson-agx-orin-devkit.yml", "jetson-agx-orin-devkit",
         "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN), update_payload=TEGRA_NATIVE_PAYLOAD,
-        board="Jetson AGX Orin devkit"),
+        board="Jetson AGX Orin devkit, rootfs on its eMMC"),
     # Jetson AGX Thor (wrynose): the devkit (T5000 module) with its rootfs on NVMe; the T4000
     # module on the same carrier is the same kas file with a machine override (docs/layer.md,
     # "Jetson Thor").
