@@ -193,11 +193,12 @@ def check_image(
     auto_shortflags=False,
     help={
         "machine": f"which board: {', '.join(flash_targets_module.flashable_machines())} (default jetson-nano)",
-        "method": "Nano: full (doflash.sh over USB), spi-only (QSPI firmware of SD devkits), sdcard (dosdcard.sh "
-        "makes an SD image, written to --device when given). Orin: full (initrd-flash over USB: QSPI and "
-        "NVMe/SD), spi-only, external-only, sdcard or external (dosdcard.sh/doexternal.sh write --device). "
+        "method": "default full. Nano: full (doflash.sh over USB), spi-only (QSPI firmware of SD devkits), sdcard "
+        "(dosdcard.sh makes an SD image, written to --device when given). Orin: full (initrd-flash over USB: QSPI "
+        "and the NVMe, SD card or eMMC), spi-only, external-only, sdcard or external (dosdcard.sh/doexternal.sh "
+        "write --device). "
         "Thor: full (initrd-flash over USB: QSPI and NVMe), spi-only, external-only; nothing of this host is "
-        "written. x86-64: leave it out (the A/B disk image goes to --device)",
+        "written. x86-64 and --sd-image: leave it out (the image file goes to --device as it is)",
         "image": f"image recipe whose package or disk image to use (default {flash_module.NANO.default_image})",
         "build-dir": "the machine's build, as given to ./task build --build-dir (default build/MACHINE, "
         "build/MACHINE-ROLE for a --role that is not the machine's default)",
@@ -224,7 +225,7 @@ def check_image(
 def flash(
     c: Context,
     machine: str = "jetson-nano",
-    method: str = "full",
+    method: str | None = None,
     image: str = flash_module.NANO.default_image,
     build_dir: str | None = None,
     package: str | None = None,
@@ -245,7 +246,9 @@ def flash(
     Orin 0955:7023, AGX Thor devkit 0955:7026, Thor T4000 0955:7226), unpacks the tegraflash
     package from the build and runs meta-tegra's scripts (Nano: doflash.sh / dosdcard.sh; Orin:
     initrd-flash / dosdcard.sh / doexternal.sh; Thor: initrd-flash only, the board writes its own
-    storage), or writes an SD image or the x86-64 A/B disk image (.uefiimg) with bmaptool. Never writes
+    storage), or writes an SD image or the x86-64 A/B disk image (.uefiimg) with bmaptool. initrd-flash's
+    own result line decides whether a board was flashed; its logs are kept. --dry-run checks everything,
+    writes nothing and exits 1 where a real run would stop. Never writes
     this host's own disk, a mounted or swap device, or one too small, with or without flags; a
     disk that is not removable only when you confirm it or name it with --force-device. With
     --server-url/--token-file/--role/--label the node's k3s provisioning is written onto its
@@ -268,6 +271,9 @@ def flash(
     )
     try:
         lines = flash_targets_module.flash_machine(machine, options)
+    except flash_module.DryRunStopped as stopped:
+        console.summary("flash summary (dry run)", ["result"], [[line] for line in stopped.lines])
+        raise _refuse(stopped) from None
     except flash_module.FlashError as failure:
         raise _refuse(failure) from None
     rows = [[line] for line in lines] or [["(dry run: nothing written)"]]

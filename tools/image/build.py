@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from tools import console, process
-from tools.image import hostcheck, preflight
+from tools.image import hostcheck, kas_config, preflight
 from tools.image import manifest as image_manifest
 from tools.image import requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
@@ -70,7 +70,7 @@ MACHINES: dict[str, MachineTarget] = {
     "jetson-agx-orin": MachineTarget(
         "kas/jetson-orin-nano.yml:kas/include/machine-jetson-agx-orin-devkit.yml", "jetson-agx-orin-devkit",
         "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN), update_payload=TEGRA_NATIVE_PAYLOAD,
-        board="Jetson AGX Orin devkit"),
+        board="Jetson AGX Orin devkit, rootfs on its eMMC"),
     # Jetson AGX Thor (wrynose): the devkit (T5000 module) with its rootfs on NVMe; the T4000
     # module on the same carrier is the same kas file with a machine override (docs/layer.md,
     # "Jetson Thor").
@@ -368,6 +368,13 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
         )
     if absent:
         console.warn(f"{', '.join(absent)} does not exist yet (continuing: --dry-run)")
+    # kas's own loader and schema, on every file and include, before the host check and hours of work
+    unloadable = [] if absent else kas_config.config_errors(kas_files)
+    if unloadable and not options.dry_run:
+        raise BuildError(f"kas cannot load {kas_argument}: {unloadable[0]}; fix the kas file (./task lint checks "
+                         "every kas file against kas's schema)")
+    for error in unloadable:
+        console.warn(f"kas cannot load {kas_argument}: {error} (continuing: --dry-run)")
 
     console.step("checking the build host")
     problems = refuse_unfit_host(options, {**environ, **command.env})
@@ -395,8 +402,9 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
     if options.dry_run:
         process.run(command, dry_run=True)
         console.info(f"artifacts would be in {deploy_dir(options, command.env)}")
-        if problems:
-            raise BuildError(f"dry run: a real build would stop at the {len(problems)} problem(s) above; "
+        stops = len(problems) + len(unloadable) + bool(absent)
+        if stops:
+            raise BuildError(f"dry run: a real build would stop at the {stops} problem(s) above; "
                              "fix them and run again")
         return []
     try:
