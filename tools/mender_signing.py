@@ -212,7 +212,7 @@ def signature_problem(manifest: bytes, signature: bytes, key: PublicKey) -> str:
                 decoded = encode_dss_signature(r, s)
             public.verify(decoded, manifest, ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:
-        return f"its signature does not verify with the {key.kind} key {key.fingerprint[:16]}..."
+        return "its signature does not verify"
     except ValueError as error:  # a DER signature that does not parse, say
         return f"its signature is malformed for a {key.kind} key ({error})"
     return ""

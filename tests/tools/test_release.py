@@ -157,8 +157,9 @@ def test_an_artifact_signed_by_another_key_than_its_image_holds_is_refused_namin
     message = str(refused.value)
     fingerprint = mender_signing.verify_public_key(public_pem(fleet_key()), Path("k")).fingerprint
     assert message.startswith(f"gpu-k8s-image-{MACHINE}-20261123220000.rootfs.mender: its signature does not verify")
-    assert f"the verify key the image holds ({source}/gpu-k8s-image-{MACHINE}-20261123220000.rootfs" in message
-    assert f"fingerprint {fingerprint}" in message and "MENDER_ARTIFACT_SIGNING_KEY" in message
+    assert (f"does not verify with the verify key the image holds, {source}/gpu-k8s-image-{MACHINE}-20261123220000"
+            f".rootfs.artifact-verify-key.pem (ECDSA P-256, fingerprint {fingerprint}: SHA-256") in message
+    assert "so boards holding that key would refuse it" in message and "MENDER_ARTIFACT_SIGNING_KEY" in message
     assert not (tmp_path / "out").exists(), "nothing released"
 
 
@@ -203,7 +204,7 @@ def test_without_a_record_of_the_images_key_release_refuses_unless_verify_key_na
                                                                 verify_key=boards.public))
     assert artifact.signed
     wrong = write_pair(tmp_path / "other", ec_key())
-    with pytest.raises(release.ReleaseError, match=f"--verify-key {wrong.public}, fingerprint"):
+    with pytest.raises(release.ReleaseError, match=f"does not verify with --verify-key {wrong.public} \\(ECDSA P-256"):
         release.run_release(release.ReleaseOptions(deploy_dir=source, output=tmp_path / "out2",
                                                    verify_key=wrong.public))
 
@@ -276,15 +277,18 @@ def test_real_mender_artifact_validates_the_test_artifacts_as_release_does(tmp_p
         assert (verdict == "") == accepted, verdict
 
 
-def test_task_reports_an_unsigned_artifact_in_one_line(tmp_path: Path) -> None:
-    source = deploy_dir(tmp_path, signed=False)
+@pytest.mark.parametrize(("artifact", "said"), [({"signed": False}, "is not signed"),
+                                                ({"key": "another"}, "its signature does not verify")],
+                         ids=["unsigned", "signed-by-another-key"])
+def test_task_reports_an_unsigned_or_wrongly_signed_artifact_in_one_line(tmp_path: Path, artifact, said) -> None:
+    source = deploy_dir(tmp_path, **({"key": ec_key()} if artifact.get("key") else artifact))
     completed = subprocess.run(
         [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "release", "--deploy-dir", str(source),
          "--output", str(tmp_path / "out")],
         capture_output=True, text=True, check=False,
     )
     assert completed.returncode == 1
-    assert completed.stderr.count("\n") == 1 and "is not signed" in completed.stderr
+    assert completed.stderr.count("\n") == 1 and said in completed.stderr, completed.stderr
 
 
 # ---------------------------------------------------------------- the Orin, roles, a mixed fleet

@@ -376,14 +376,14 @@ def check_signature(path: Path, details: dict[str, object], recorded: Path,
             "builds from before ./task build recorded it have none), so its signature cannot be checked: rebuild "
             "it, or give the key the boards hold with --verify-key FILE"
         )
-    which = f"--verify-key {verify_key}" if given else f"the verify key the image holds ({recorded})"
+    which = f"--verify-key {verify_key}" if given else f"the verify key the image holds, {recorded}"
     problem = mender_signing.signature_problem(details["manifest"], details["signature"], key)  # type: ignore[arg-type]
     if problem:
         raise ReleaseError(
-            f"{path.name}: {problem}: {which}, fingerprint {key.fingerprint} "
-            f"({mender_signing.FINGERPRINT_NAME}), so boards holding that key would refuse it. Sign with that key's "
-            "private half (MENDER_ARTIFACT_SIGNING_KEY, whose public half it is: ./task build checks the pair) and "
-            "rebuild; if the boards hold another key, name it with --verify-key"
+            f"{path.name}: {problem} with {which} ({key.kind}, fingerprint {key.fingerprint}: "
+            f"{mender_signing.FINGERPRINT_NAME}), so boards holding that key would refuse it. Sign with that key's "
+            "private half (MENDER_ARTIFACT_SIGNING_KEY; ./task build checks the pair) and rebuild; if the boards "
+            "hold another key, name it with --verify-key"
         )
     if given and image_key and given != image_key:
         console.warn(f"{path.name} is signed for boards holding --verify-key {verify_key}, but its image holds "
