@@ -476,6 +476,26 @@ def test_the_verify_key_the_root_filesystem_holds_is_deployed_beside_the_manifes
     assert signing.deploy_verify_key(str(tmp_path / "none.pem"), str(deploy / "x.manifest"), str(deploy), "x") == ""
 
 
+def test_a_new_verify_key_at_the_same_path_rebuilds_the_mender_package_instead_of_coming_from_sstate():
+    append = LAYER / "dynamic-layers/mender/recipes-mender/mender-client/mender_%.bbappend"
+    text = append.read_text()
+    assert re.search(r'^do_install\[file-checksums\] \+= "\$\{GPU_K8S_VERIFY_KEY_CHECKSUM\}"$', text, re.M)
+    expression = re.search(r'^GPU_K8S_VERIFY_KEY_CHECKSUM = "\$\{@(.+)\}"$', text, re.M)
+    assert expression, text
+
+    class Data:
+        def __init__(self, key: str, features: str = "systemd gpu-k8s-mender") -> None:
+            self.values = {"MENDER_ARTIFACT_VERIFY_KEY": key, "DISTRO_FEATURES": features}
+
+        def getVar(self, name: str) -> str:  # bitbake's name
+            return self.values[name]
+
+    # bitbake's file-checksums entries are PATH:EXPECTED-TO-EXIST
+    assert eval(expression[1], {"d": Data("/keys/verify.pem")}) == "/keys/verify.pem:True"
+    assert eval(expression[1], {"d": Data("")}) == "", "no key: nothing to hash"
+    assert eval(expression[1], {"d": Data("/keys/verify.pem", "systemd")}) == "", "the layer alone changes nothing"
+
+
 def test_an_unknown_signing_mode_is_refused():
     assert signing_problems("sometimes", "", "") == [
         'GPU_K8S_ARTIFACT_SIGNING must be one of required, optional, off, got "sometimes"'
