@@ -478,22 +478,23 @@ def test_the_verify_key_the_root_filesystem_holds_is_deployed_beside_the_manifes
 
 def test_a_new_verify_key_at_the_same_path_rebuilds_the_mender_package_instead_of_coming_from_sstate():
     append = LAYER / "dynamic-layers/mender/recipes-mender/mender-client/mender_%.bbappend"
-    text = append.read_text()
-    assert re.search(r'^do_install\[file-checksums\] \+= "\$\{GPU_K8S_VERIFY_KEY_CHECKSUM\}"$', text, re.M)
-    expression = re.search(r'^GPU_K8S_VERIFY_KEY_CHECKSUM = "\$\{@(.+)\}"$', text, re.M)
+    assert re.search(r"^inherit \$\{@bb\.utils\.contains\('DISTRO_FEATURES', 'gpu-k8s-mender', "
+                     r"'gpu_k8s_mender_verify_key', '', d\)\}$", append.read_text(), re.M), "with the A/B class only"
+    text = (LAYER / "classes/gpu_k8s_mender_verify_key.bbclass").read_text()
+    expression = re.search(r'^do_install\[file-checksums\] \+= "\$\{@(.+)\}"$', text, re.M)
     assert expression, text
 
     class Data:
-        def __init__(self, key: str, features: str = "systemd gpu-k8s-mender") -> None:
-            self.values = {"MENDER_ARTIFACT_VERIFY_KEY": key, "DISTRO_FEATURES": features}
+        def __init__(self, key: str) -> None:
+            self.key = key
 
         def getVar(self, name: str) -> str:  # bitbake's name
-            return self.values[name]
+            assert name == "MENDER_ARTIFACT_VERIFY_KEY"
+            return self.key
 
     # bitbake's file-checksums entries are PATH:EXPECTED-TO-EXIST
     assert eval(expression[1], {"d": Data("/keys/verify.pem")}) == "/keys/verify.pem:True"
     assert eval(expression[1], {"d": Data("")}) == "", "no key: nothing to hash"
-    assert eval(expression[1], {"d": Data("/keys/verify.pem", "systemd")}) == "", "the layer alone changes nothing"
 
 
 def test_an_unknown_signing_mode_is_refused():
