@@ -169,3 +169,24 @@ def test_task_build_from_another_directory_resolves_the_keys_there(tmp_path: Pat
     out = completed.stdout
     assert f"{SIGNING}={keys.private}" in out and f"{VERIFY}={keys.public}" in out, out + completed.stderr
     assert f"{SIGNING} {keys.private}: ECDSA P-256, fingerprint" in out
+
+
+def test_a_key_file_the_builder_cannot_read_is_named_with_the_fix(tmp_path: Path, monkeypatch) -> None:
+    """(As root every file is readable: the refusal is made to happen by the read itself.)"""
+    from tools.image import preflight
+
+    keys = write_pair(tmp_path / "keys", ec_key())
+    real_read = Path.read_bytes
+
+    def read_bytes(path: Path) -> bytes:
+        if path == keys.private:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    settings = {name: preflight.Setting(str(path), "the environment")
+                for name, path in ((SIGNING, keys.private), (VERIFY, keys.public))}
+    found, (problem,) = preflight.read_keys(settings)
+    assert [key.variable for key in found] == [VERIFY]
+    assert problem.reason == f"{SIGNING} ({keys.private}) cannot be read: Permission denied"
+    assert problem.fix.startswith("make it readable by the user who builds")
