@@ -108,9 +108,11 @@ def build(
 ) -> None:
     """Build an OS image with kas (default: the QEMU image the smoke test boots).
 
-    Checks the host first (free disk, host tools, not root, locale, update-signing keys, the
-    NVIDIA licence where the image carries the driver) and refuses with the reason and the
-    fix; --dry-run shows the same and exits 1 when a real build would stop. Each machine and
+    Checks the host first (free disk, host tools, not root, locale, the NVIDIA licence where
+    the image carries the driver) and, for an A/B image, the update-signing keys (readable by
+    mender-artifact, one pair) and GPU_K8S_VERSION; refuses with the reason and the fix;
+    --dry-run shows the same, the version and both keys' fingerprints, and exits 1 when a real
+    build would stop. Relative key paths are taken from the current directory. Each machine and
     role has its own kas work dir under build/ (build/MACHINE for its default role,
     build/MACHINE-ROLE for the other), where ./task flash and ./task release find the image;
     downloads and sstate are shared. Ends with the artifacts in the deploy directory, with
@@ -374,8 +376,8 @@ def smoke_test(
         "build-dir": "kas work dir of that build (default build/<machine> and build/<machine>-<role>; with --kas)",
         "deploy-dir": "take the artifacts from this directory instead (a copied deploy dir)",
         "output": "where the release goes (default build/release/<version>)",
-        "verify-key": "public key: also verify each signature with mender-artifact (on PATH: apt-get install "
-        "mender-artifact; else the one an A/B build made, under build/*/build/tmp/sysroots-components)",
+        "verify-key": "public key the boards hold, when it is not the one the image carries (a key change): each "
+        "signature is checked against it instead (default: the verify key each build recorded beside its image)",
     },
 )
 def release(
@@ -390,9 +392,11 @@ def release(
 
     Copies each artifact, writes its sha256 (and SHA256SUMS) and release.json (version,
     machine, device types, payload type, k3s role, L4T version on Jetson, k3s version,
-    artifact name). Refuses unsigned or corrupt artifacts, one of the other Mender scheme
-    (an Orin takes tegra-rootfs-image, the others rootfs-image), and two for one device type;
-    says so when nothing was built. Ends with the rollout command for every device type."""
+    artifact name, the verify key's fingerprint). Refuses unsigned or corrupt artifacts, one
+    whose signature the verify key its image carries (or --verify-key) would reject, one of
+    the other Mender scheme (an Orin takes tegra-rootfs-image, the others rootfs-image), and
+    two for one device type; says so when nothing was built. Ends with the rollout command
+    for every device type."""
     options = release_module.ReleaseOptions(
         kas=kas,
         build_dir=_optional_path(build_dir),

@@ -155,3 +155,13 @@ GPU_K8S_ARTIFACT_SIGNING_CHECK = "${@'gpu_k8s_check_artifact_signing' if set(d.g
 do_rootfs[prefuncs] += "${GPU_K8S_ARTIFACT_SIGNING_CHECK}"
 do_image_mender[prefuncs] += "gpu_k8s_check_artifact_signing"
 do_image_tegra_mender_native[prefuncs] += "gpu_k8s_check_artifact_signing"
+
+# The verify key the root filesystem holds, deployed beside the image's manifest
+# (IMAGE-MACHINE-DATETIME.artifact-verify-key.pem and its stable link): `./task release`
+# refuses an artifact whose signature that key would reject (docs/fleet.md).
+python gpu_k8s_deploy_verify_key() {
+    gpu_k8s_lib(d, 'gpu_k8s.signing').deploy_verify_key(
+        d.expand('${IMAGE_ROOTFS}${sysconfdir}/mender/artifact-verify-key.pem'),
+        d.getVar('IMAGE_MANIFEST'), d.getVar('IMGDEPLOYDIR'), d.getVar('IMAGE_LINK_NAME'))
+}
+do_rootfs[postfuncs] += "gpu_k8s_deploy_verify_key"
