@@ -244,17 +244,17 @@ def test_out_of_descriptors_accepting_pauses_with_one_log_line_and_resumes(
         socket_dir: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="gpu_device_plugin.api.grpc_server")
     with serving(socket_dir, limits=Limits(accept_retry=0.2)) as (server, _, path):
-        waiting = []
-        for _ in range(3):  # connected, not yet accepted: in the listener's queue
-            sock = socket.socket(socket.AF_UNIX)
-            sock.connect(path)
-            waiting.append(sock)
+        # The client sockets take their descriptors before the limit drops and connect after
+        # it, so the server never gets to accept them early, however the threads are scheduled.
+        waiting = [socket.socket(socket.AF_UNIX) for _ in range(3)]
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         probe = socket.socket()
         lowest_free = probe.fileno()
         probe.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # no new descriptor for anyone
         try:
+            for sock in waiting:  # connected, not yet accepted: in the listener's queue
+                sock.connect(path)
             server.wake()
             assert wait_until(lambda: "cannot accept" in caplog.text, 5)
             threading.Event().wait(0.7)  # three retry periods while still out of descriptors
