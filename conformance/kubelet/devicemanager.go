@@ -50,6 +50,16 @@ type DeviceManager struct {
 	pods map[types.UID]*v1.Pod
 }
 
+// noTopology is the topology manager of a kubelet with the "none" policy, the default: no NUMA
+// hint for any container, so the device manager asks the plugin's preference over all devices.
+type noTopology struct{}
+
+func (noTopology) GetAffinity(string, string) topologymanager.TopologyHint {
+	return topologymanager.TopologyHint{}
+}
+func (noTopology) GetPolicy() topologymanager.Policy { return topologymanager.NewNonePolicy() }
+func (noTopology) Name() string                      { return "none" }
+
 type allSourcesReady struct{}
 
 func (allSourcesReady) AddSource(string) {}
@@ -62,7 +72,7 @@ func StartDeviceManager(dir string, active []*v1.Pod) (*DeviceManager, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
-	m, err := newManagerImpl(klog.Background(), filepath.Join(dir, SocketName), nil, topologymanager.NewFakeManager())
+	m, err := newManagerImpl(klog.Background(), filepath.Join(dir, SocketName), nil, noTopology{})
 	if err != nil {
 		return nil, err
 	}
