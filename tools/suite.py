@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import console, testdeps, venvs
+from tools import console, go_conformance, testdeps, venvs
 from tools.paths import REPO_ROOT, VENVS_DIR
 
 PYTEST_NO_TESTS = 5  # pytest's exit code when it collected nothing
@@ -155,6 +155,9 @@ def run_suite(quick: bool = False, host_setup: bool = True) -> list[LegResult]:
         legs.append((f"plugin on {combination.name}", plugin_leg(combination)))
     board_python = PLUGIN_COMBINATIONS[-1] if quick else PLUGIN_COMBINATIONS[0]
     legs.append((f"updater on Python {board_python.python_version}", updater_leg(board_python)))
+    # our plugin (on the board's stack) and the DRA harness against Kubernetes' own Go code
+    legs.append(("Kubernetes conformance (Go)",
+                 lambda: go_conformance.leg(lambda: venvs.ensure_venv(board_python.venv()))))
     results = [run_leg(name, body) for name, body in legs]
     rows = [[r.name, r.status, f"{r.seconds:.0f}", r.detail] for r in results]
     console.summary("test summary", ["leg", "result", "seconds", "detail"], rows)

@@ -111,8 +111,14 @@ func (p *goPlugin) Start(dir string) error {
 					p.logf("kubelet.sock created again: not registering (fault)")
 					continue
 				}
-				if err := p.serveAndRegister(); err != nil {
-					p.logf("registering again: %v", err)
+				// kubelet.sock exists from bind(), before listen(): a first dial may be refused
+				for try := 1; ; try++ {
+					err := p.serveAndRegister()
+					if err == nil || try == 100 || ctx.Err() != nil {
+						break
+					}
+					p.logf("registering again (try %d): %v", try, err)
+					time.Sleep(20 * time.Millisecond)
 				}
 			}
 		}
