@@ -138,6 +138,8 @@ def leg(plugin_python: Callable[[], Path]) -> tuple[str, str]:
     # compile every package and test binary first, so a build error is reported as one
     if run_go([go, "test", "-count=1", "-run", "^$", "./..."], env) != 0:
         return "FAIL", "the harness does not build (see the compiler's messages above)"
+    if run_go([str(REPO_ROOT / "bench" / "go" / "build.sh")], env) != 0:  # the benchmark's programs
+        return "FAIL", "bench/go/build.sh failed (see its messages above)"
     built = time.monotonic()
     argv = [go, "test", "-count=1", "-json", f"-timeout={TEST_TIMEOUT}", "./..."]
     console.info("running: " + " ".join(argv))
