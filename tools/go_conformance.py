@@ -117,8 +117,9 @@ def run_go(argv: list[str], env: dict[str, str]) -> int:
 
 
 def leg(plugin_python: Callable[[], Path]) -> tuple[str, str]:
-    """Download, build, then run every package's tests; plugin_python makes (once) and names the
-    interpreter our plugin runs on in the harness (the image's stack)."""
+    """Download, build the benchmark's programs, then build and run every package's tests (a
+    package that does not build fails with the compiler's messages); plugin_python makes (once)
+    and names the interpreter our plugin runs on in the harness (the image's stack)."""
     go = shutil.which("go")
     wanted, kubernetes = go_mod_versions((MODULE_DIR / "go.mod").read_text())
     need = ".".join(map(str, wanted))
@@ -135,10 +136,8 @@ def leg(plugin_python: Callable[[], Path]) -> tuple[str, str]:
     if run_go([go, "mod", "download"], env) != 0:
         return "FAIL", "go mod download failed (the module proxy unreachable? GOPROXY, GOFLAGS=-mod=mod)"
     downloaded = time.monotonic()
-    # compile every package and test binary first, so a build error is reported as one
-    if run_go([go, "test", "-count=1", "-run", "^$", "./..."], env) != 0:
-        return "FAIL", "the harness does not build (see the compiler's messages above)"
-    if run_go([str(REPO_ROOT / "bench" / "go" / "build.sh")], env) != 0:  # the benchmark's programs
+    # the benchmark's programs first: they compile the kubelet's device manager the tests link too
+    if run_go([str(REPO_ROOT / "bench" / "go" / "build.sh")], env) != 0:
         return "FAIL", "bench/go/build.sh failed (see its messages above)"
     built = time.monotonic()
     argv = [go, "test", "-count=1", "-json", f"-timeout={TEST_TIMEOUT}", "./..."]
@@ -149,6 +148,7 @@ def leg(plugin_python: Callable[[], Path]) -> tuple[str, str]:
     status, detail = result.verdict()
     if proc.returncode != 0 and status == "pass":
         status, detail = "FAIL", f"go test exit {proc.returncode}; {detail}"
-    timings = (f"modules {downloaded - started:.0f} s, compile {built - downloaded:.0f} s, "
-               f"tests {time.monotonic() - built:.0f} s")
+    # go test links each test binary anew: the compile of what the tests add is in their time
+    timings = (f"modules {downloaded - started:.0f} s, benchmark programs {built - downloaded:.0f} s, "
+               f"tests with their compile {time.monotonic() - built:.0f} s")
     return status, f"k8s.io/kubernetes {kubernetes}; {detail}; {timings}"
