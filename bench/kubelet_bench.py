@@ -1,17 +1,19 @@
-"""The plugin against a Go reference plugin, both called as the kubelet calls them.
+"""The plugin against Kubernetes' own reference plugin, both called by the kubelet's own device manager.
 
 Run (after bench/go/build.sh; bench/README.md has the figures and how to read them):
     .venvs/plugin-oldest/bin/python bench/kubelet_bench.py [--rounds 3] [--idle-seconds 60]
 
-The client is bench/go/kubelet-client: grpc-go, generated v1beta1 stubs, the device
-manager's calls (Register with dial-back and GetDevicePluginOptions, one ListAndWatch
-stream, then per admission GetPreferredAllocation + Allocate on the one connection). The
-reference is bench/go/reference-plugin, a minimal Go plugin from the same stubs. Each round
-starts every target afresh with its own client (start -> registered, first admission), then
-times their admissions in slices, the targets taking turns (--slices), so that every target
-is measured over the same minutes of the machine, then reads RSS/PSS and idle CPU. Medians
-over the rounds are printed with our/reference ratios, and with the load average, the
-interpreter and library versions: the figures depend on all of them.
+The client is bench/go's kubelet-client: the kubelet's device manager (k8s.io/kubernetes at the
+version conformance/go.mod pins, our k3s's) serving kubelet.sock, with the kubelet's calls: it
+takes the plugin's registration, keeps its ListAndWatch stream, and per admission runs the
+manager's Allocate (the plugin's GetPreferredAllocation, then Allocate, then the manager's
+checkpoint) and reads the container's run options. The reference is bench/go's stub-plugin:
+Kubernetes' device plugin stub (the code of test/images/sample-device-plugin) answering as ours
+does. Each round starts every target afresh with its own client (start -> its devices known to
+the manager, first admission), then times their admissions in slices, the targets taking turns
+(--slices), so that every target is measured over the same minutes of the machine, then reads
+RSS/PSS and idle CPU. Medians over the rounds are printed with our/reference ratios, and with
+the load average, the interpreter and library versions: the figures depend on all of them.
 Our plugin runs on the interpreter running this script (or --python). Standard library only.
 """
 
@@ -286,7 +288,7 @@ class Running:
 
 def start(target: Target, client_binary: Path, args: argparse.Namespace) -> Running:
     """Start a target with a fresh client: start -> registered, and its first admission."""
-    work = tempfile.mkdtemp(prefix="gdp-kb-", dir="/tmp")
+    work = tempfile.mkdtemp(prefix="gdp-kb-", dir=args.work_root)
     socket_dir = os.path.join(work, "sock")
     os.makedirs(socket_dir)
     running = Running(target, work, GoClient(client_binary, socket_dir))
@@ -387,7 +389,7 @@ def targets(python: str) -> list[Target]:
     # (the config file parsed), later rounds restarts (its parsed copy read back)
     ours = [python, "-m", "gpu_device_plugin", *_FLAGS]
     return [
-        Target(REFERENCE, [str(GO_BIN / "reference-plugin"), "-kubelet-socket", "{socket_dir}/kubelet.sock",
+        Target(REFERENCE, [str(GO_BIN / "stub-plugin"), "-kubelet-socket", "{socket_dir}/kubelet.sock",
                            "-devices", "2"]),
         Target("simulated", [*ours, *_SIMULATED], {**env, "CACHE_DIRECTORY": "{cache_root}/simulated"}, "simulated"),
         Target("tegra", [*ours, "--config-file", str(IMAGE_CONFIGS / "tegra" / "gpu-device-plugin.yaml"),
@@ -431,6 +433,11 @@ def python_stack(python: str) -> str:
     return done.stdout.strip()
 
 
+def default_work_root() -> str:
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="fresh starts of every target (medians over them)")
@@ -450,6 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "through SCRIPT if given (bench/h2lib_candidate.py: the plugin on python-hyper's h2)")
     parser.add_argument("--python", default=sys.executable, help="interpreter our plugin runs on")
     parser.add_argument("--json", metavar="PATH", help="also write every round's figures here")
+    parser.add_argument("--work-root", default=default_work_root(),
+                        help="where each round's sockets and the device manager's checkpoint live (default: tmpfs "
+                        "/dev/shm where there is one: the manager writes and fsyncs its checkpoint at every "
+                        "admission, and a disk's flush would be measured instead of the plugins)")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.admissions < 1 or args.slices < 1 or args.warmup < 0:
         parser.error("--rounds, --admissions and --slices take 1 or more, --warmup 0 or more")
@@ -462,17 +473,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     client = GO_BIN / "kubelet-client"
-    if not client.exists() or not (GO_BIN / "reference-plugin").exists():
-        print(f"error: {client} is not built. fix: bench/go/build.sh (needs Debian's golang-go and "
-              "golang-google-grpc-dev; see the script's header)", file=sys.stderr)
+    if not client.exists() or not (GO_BIN / "stub-plugin").exists():
+        print(f"error: {client} is not built. fix: bench/go/build.sh (needs Go; it builds conformance/'s "
+              "programs from the Go module proxy)", file=sys.stderr)
         return 2
     try:
         stack = python_stack(args.python)
         compile_plugin(args.python)
         go_stack = (GO_BIN / "stack.txt").read_text().strip() if (GO_BIN / "stack.txt").exists() else "go"
-        print(f"client: kubelet-client ({go_stack}); reference: reference-plugin ({go_stack}); ours: {stack}")
+        print(f"client: the kubelet's device manager ({go_stack}); reference: Kubernetes' device plugin stub "
+              f"({go_stack}); ours: {stack}")
         print(f"{os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}; our round 1 is a first "
-              "start (config file parsed), later rounds restarts (its parsed copy read back)")
+              "start (config file parsed), later rounds restarts (its parsed copy read back); sockets and the "
+              f"manager's checkpoint in {args.work_root}")
         every = [*targets(args.python), *(extra_target(spec) for spec in args.plugin),
                  *(variant_target(spec, args.python) for spec in args.variant)]
         chosen = [t for t in every if not args.target or t.name in args.target]
