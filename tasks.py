@@ -114,9 +114,11 @@ def build(
 ) -> None:
     """Build an OS image with kas (default: the QEMU image the smoke test boots).
 
-    Checks the host first (free disk, host tools, not root, locale, update-signing keys, the
-    NVIDIA licence where the image carries the driver) and refuses with the reason and the
-    fix; --dry-run shows the same and exits 1 when a real build would stop. --container runs
+    Checks the host first (free disk, host tools, not root, locale, the NVIDIA licence where
+    the image carries the driver) and, for an A/B image, the update-signing keys (readable by
+    mender-artifact, one pair) and GPU_K8S_VERSION; refuses with the reason and the fix;
+    --dry-run shows the same, the version and both keys' fingerprints, and exits 1 when a real
+    build would stop. Relative key paths are taken from the current directory. --container runs
     the same build in kas's container with docker or podman instead (no Yocto host packages;
     checks the engine and the network instead of host tools). Each machine and
     role has its own kas work dir under build/ (build/MACHINE for its default role,
@@ -203,11 +205,12 @@ def check_image(
     auto_shortflags=False,
     help={
         "machine": f"which board: {', '.join(flash_targets_module.flashable_machines())} (default jetson-nano)",
-        "method": "Nano: full (doflash.sh over USB), spi-only (QSPI firmware of SD devkits), sdcard (dosdcard.sh "
-        "makes an SD image, written to --device when given). Orin: full (initrd-flash over USB: QSPI and "
-        "NVMe/SD), spi-only, external-only, sdcard or external (dosdcard.sh/doexternal.sh write --device). "
+        "method": "default full. Nano: full (doflash.sh over USB), spi-only (QSPI firmware of SD devkits), sdcard "
+        "(dosdcard.sh makes an SD image, written to --device when given). Orin: full (initrd-flash over USB: QSPI "
+        "and the NVMe, SD card or eMMC), spi-only, external-only, sdcard or external (dosdcard.sh/doexternal.sh "
+        "write --device). "
         "Thor: full (initrd-flash over USB: QSPI and NVMe), spi-only, external-only; nothing of this host is "
-        "written. x86-64: leave it out (the A/B disk image goes to --device)",
+        "written. x86-64 and --sd-image: leave it out (the image file goes to --device as it is)",
         "image": f"image recipe whose package or disk image to use (default {flash_module.NANO.default_image})",
         "build-dir": "the machine's build, as given to ./task build --build-dir (default build/MACHINE, "
         "build/MACHINE-ROLE for a --role that is not the machine's default)",
@@ -234,7 +237,7 @@ def check_image(
 def flash(
     c: Context,
     machine: str = "jetson-nano",
-    method: str = "full",
+    method: str | None = None,
     image: str = flash_module.NANO.default_image,
     build_dir: str | None = None,
     package: str | None = None,
@@ -255,7 +258,9 @@ def flash(
     Orin 0955:7023, AGX Thor devkit 0955:7026, Thor T4000 0955:7226), unpacks the tegraflash
     package from the build and runs meta-tegra's scripts (Nano: doflash.sh / dosdcard.sh; Orin:
     initrd-flash / dosdcard.sh / doexternal.sh; Thor: initrd-flash only, the board writes its own
-    storage), or writes an SD image or the x86-64 A/B disk image (.uefiimg) with bmaptool. Never writes
+    storage), or writes an SD image or the x86-64 A/B disk image (.uefiimg) with bmaptool. initrd-flash's
+    own result line decides whether a board was flashed; its logs are kept. --dry-run checks everything,
+    writes nothing and exits 1 where a real run would stop. Never writes
     this host's own disk, a mounted or swap device, or one too small, with or without flags; a
     disk that is not removable only when you confirm it or name it with --force-device. With
     --server-url/--token-file/--role/--label the node's k3s provisioning is written onto its
@@ -278,6 +283,9 @@ def flash(
     )
     try:
         lines = flash_targets_module.flash_machine(machine, options)
+    except flash_module.DryRunStopped as stopped:
+        console.summary("flash summary (dry run)", ["result"], [[line] for line in stopped.lines])
+        raise _refuse(stopped) from None
     except flash_module.FlashError as failure:
         raise _refuse(failure) from None
     rows = [[line] for line in lines] or [["(dry run: nothing written)"]]
@@ -378,8 +386,8 @@ def smoke_test(
         "build-dir": "kas work dir of that build (default build/<machine> and build/<machine>-<role>; with --kas)",
         "deploy-dir": "take the artifacts from this directory instead (a copied deploy dir)",
         "output": "where the release goes (default build/release/<version>)",
-        "verify-key": "public key: also verify each signature with mender-artifact (on PATH: apt-get install "
-        "mender-artifact; else the one an A/B build made, under build/*/build/tmp/sysroots-components)",
+        "verify-key": "public key the boards hold, when it is not the one the image carries (a key change): each "
+        "signature is checked against it instead (default: the verify key each build recorded beside its image)",
     },
 )
 def release(
@@ -394,9 +402,11 @@ def release(
 
     Copies each artifact, writes its sha256 (and SHA256SUMS) and release.json (version,
     machine, device types, payload type, k3s role, L4T version on Jetson, k3s version,
-    artifact name). Refuses unsigned or corrupt artifacts, one of the other Mender scheme
-    (an Orin takes tegra-rootfs-image, the others rootfs-image), and two for one device type;
-    says so when nothing was built. Ends with the rollout command for every device type."""
+    artifact name, the verify key's fingerprint). Refuses unsigned or corrupt artifacts, one
+    whose signature the verify key its image carries (or --verify-key) would reject, one of
+    the other Mender scheme (an Orin takes tegra-rootfs-image, the others rootfs-image), and
+    two for one device type; says so when nothing was built. Ends with the rollout command
+    for every device type."""
     options = release_module.ReleaseOptions(
         kas=kas,
         build_dir=_optional_path(build_dir),

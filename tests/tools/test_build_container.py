@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from signing_keys import ec_key, private_pem, public_pem
 from test_build_task import FULL_QEMU_MANIFEST
 
 from tools.image import build, container, hostcheck
@@ -68,8 +69,9 @@ def options_in(tmp_path: Path, **overrides) -> build.BuildOptions:
 def keys(tmp_path: Path) -> dict[str, str]:
     signing, verify = tmp_path / "fleet keys" / "signing.key", tmp_path / "verify.pem"
     signing.parent.mkdir()
-    signing.write_text("-----BEGIN PRIVATE KEY-----\n")
-    verify.write_text("-----BEGIN PUBLIC KEY-----\n")
+    key = ec_key()  # one pair: the build checks them as mender-artifact reads them
+    signing.write_bytes(private_pem(key))
+    verify.write_bytes(public_pem(key))
     return {"MENDER_ARTIFACT_SIGNING_KEY": str(signing), "MENDER_ARTIFACT_VERIFY_KEY": str(verify)}
 
 
@@ -261,13 +263,19 @@ def test_settings_the_container_cannot_take_are_refused(tmp_path: Path) -> None:
     assert container.environment_problems({"DL_DIR": "/srv/dl"}, {}) == []
 
 
-def test_keys_only_in_site_conf_are_refused_for_the_container(tmp_path: Path) -> None:
+def test_keys_bitbake_takes_from_site_conf_are_refused_for_the_container(tmp_path: Path) -> None:
+    """site.conf's `=` wins over the environment in bitbake (preflight.release_settings), so a key
+    it names is a host path inside the container even when the environment names one too; its
+    `?=` yields to the environment."""
     site_conf = tmp_path / "site.conf"
     site_conf.write_text('MENDER_ARTIFACT_SIGNING_KEY = "/home/me/keys/signing.key"\n')
     kas_files = [REPO_ROOT / "kas/x86-64.yml"]
-    problem = container.site_conf_keys_problem(kas_files, {}, site_conf)
-    assert "MENDER_ARTIFACT_SIGNING_KEY come only from" in problem and "export" in problem
+    for env in ({}, {"MENDER_ARTIFACT_SIGNING_KEY": "/k"}):
+        problem = container.site_conf_keys_problem(kas_files, env, site_conf)
+        assert f"MENDER_ARTIFACT_SIGNING_KEY come from {site_conf}" in problem and "export" in problem
+    site_conf.write_text('MENDER_ARTIFACT_SIGNING_KEY ?= "/home/me/keys/signing.key"\n')
     assert container.site_conf_keys_problem(kas_files, {"MENDER_ARTIFACT_SIGNING_KEY": "/k"}, site_conf) == ""
+    assert "come from" in container.site_conf_keys_problem(kas_files, {}, site_conf)
 
 
 def test_an_offline_host_without_the_kas_image_is_refused_naming_the_hosts(tmp_path: Path) -> None:

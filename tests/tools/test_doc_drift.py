@@ -42,6 +42,18 @@ def test_the_readme_and_tooling_doc_list_the_suites_plugin_legs_as_they_are() ->
     assert f"The update agent's tests run on Python {board.python_version}" in README
     quick = [c for c in suite.PLUGIN_COMBINATIONS if c.name in suite.QUICK_SKIPS]
     assert {c.python_version for c in quick} == {"3.10"} and "`--quick` skips both 3.10 plugin legs" in README
+    # the Go leg: named where the README lists the legs, described in docs/tooling.md's list
+    assert f'The leg "{suite.GO_LEG}" needs Go' in README
+    assert "`conformance/` (`tools/dev/go_conformance.py`)" in section(TOOLING, "## test")
+
+
+def test_the_docs_say_the_summary_lists_every_legs_skips() -> None:
+    """Issue 37, point 9: the summary's skip list, as docs/tooling.md and the README describe it."""
+    tooling = " ".join(section(TOOLING, "## test").split())
+    readme = " ".join(README.split())
+    assert "every skipped test" in tooling
+    assert "`go test -json`'s events" in tooling and "A leg that ran no test at all" in tooling
+    assert "The summary lists every skipped test with its reason (pytest's, or go test's for the Go leg)" in readme
 
 
 def test_the_provisioning_doc_names_the_files_flash_writes_and_where_they_appear() -> None:

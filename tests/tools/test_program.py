@@ -81,7 +81,17 @@ USAGE_ERRORS = [
     (("flash", "--machine", "x86-64"), "error: --machine x86-64 writes the node's disk image to a drive: give "
                                        "--device"),
     (("flash", "--sd-image", "x.sdcard", "--device", "/tmp/x.img"), "error: --device /tmp/x.img is"),
+    (("flash", "--sd-image", "x.sdcard", "--method", "sdcard", "--device", "/dev/sdb"),
+     "error: --method sdcard and --sd-image exclude each other: --sd-image writes the image file as it is"),
+    (("flash", "--machine", "jetson-orin-nano", "--server-url", "https://k3s-server.lan", "--token-file", "token"),
+     "error: --server-url 'https://k3s-server.lan' has no port: k3s's API listens on 6443, so give "
+     "https://k3s-server.lan:6443"),
+    (("flash", "--label", "site=lab-2", "--label", "--dry-run"),
+     "flash --label needs a value each time it is given: --label VALUE"),
+    (("flash", "--label"), "flash --label needs a value each time it is given"),
     (("smoke-test", "--runtime", "podman"), "error: --runtime must be auto, docker or containerd"),
+    (("smoke-test", "--image", "x.ext4", "--host", "root@192.168.1.50"),
+     "error: --image and --host exclude each other: boot an image in QEMU, or test a board"),
     (("smoke-test", "--image", "gpu-k8s-image-jetson-nano-devkit.sdcard"), "is a jetson-nano-devkit image"),
     (("release", "--kas", "kas/nope.yml"), "error: --kas kas/nope.yml: not one of our kas files"),
     (("rollout", "--version", "1.4.0", "--ring", "half", "--artifact-url", "http://u/a.mender", "--device-type",

@@ -1,5 +1,6 @@
-"""./task test's summary: every skipped test with pytest's own reason, per leg, read from the
-JUnit XML report of a real pytest run."""
+"""./task test's summary: every skipped test with its runner's own reason, per leg (pytest's
+read from the JUnit XML report of a real pytest run, go test's from its events), and every leg
+that did not run."""
 
 from __future__ import annotations
 
@@ -55,19 +56,42 @@ def test_the_summary_lists_each_legs_skips_with_their_reasons(
     monkeypatch.setattr(suite, "tools_leg", lambda host_setup: ("pass", "", skips))
     monkeypatch.setattr(suite, "plugin_leg", lambda combination: lambda: ("pass", combination.name, []))
     monkeypatch.setattr(suite, "updater_leg", lambda combination: lambda: ("pass", "", skips[:1]))
+    go_skips = [suite.Skip("conformance/dra/dra_test.go", "needs CAP_SYS_ADMIN", 2)]
+    monkeypatch.setattr(suite, "go_leg", lambda combination: lambda: ("pass", "", go_skips))
     results = suite.run_suite(quick=True)
-    assert [r.skipped for r in results] == [0, 5, 0, 0, 1]
+    assert [r.name for r in results][2] == "Kubernetes conformance (Go)"
+    assert [r.skipped for r in results] == [0, 5, 2, 0, 0, 1]
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.startswith("leg "))
     assert header.split() == ["leg", "result", "seconds", "skipped", "detail"]
-    listing = out.split("skipped tests, with pytest's reasons:\n", 1)[1].splitlines()
-    assert listing[:5] == [
+    listing = out.split("skipped, with the reasons pytest and go test give:\n", 1)[1].splitlines()
+    assert listing[:8] == [
         "  tools + layer tests: 5 skipped",
         "    module skipped tests/test_collected.py: only in the wrynose venv",
         "    2 x tests/test_inside.py: needs a readable /dev/kmsg",
         "    2 x tests/test_marked.py: opt-in: set SOMETHING to run it",
+        "  Kubernetes conformance (Go): 2 skipped",
+        "    2 x conformance/dra/dra_test.go: needs CAP_SYS_ADMIN",
         "  updater on Python 3.13: 1 skipped",
+        "    module skipped tests/test_collected.py: only in the wrynose venv",
     ]
+
+
+def test_a_leg_that_did_not_run_is_listed_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Go leg without Go (or an older one) runs no test at all: the list says so, not 'no test was skipped'."""
+    monkeypatch.setattr(suite, "ruff_leg", lambda: ("pass", "", []))
+    monkeypatch.setattr(suite, "tools_leg", lambda host_setup: ("pass", "", []))
+    monkeypatch.setattr(suite, "plugin_leg", lambda combination: lambda: ("pass", "", []))
+    monkeypatch.setattr(suite, "updater_leg", lambda combination: lambda: ("pass", "", []))
+    monkeypatch.setattr(suite.go_conformance.shutil, "which", lambda name: None)
+    results = suite.run_suite(quick=True)
+    assert [r.status for r in results][2] == "skipped"
+    out = capsys.readouterr().out
+    assert "no test was skipped" not in out
+    listing = out.split("skipped, with the reasons pytest and go test give:\n", 1)[1].splitlines()
+    assert listing[0].startswith("  Kubernetes conformance (Go): the whole leg skipped: Go is not installed")
 
 
 def test_a_run_without_skips_says_so(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,6 +99,7 @@ def test_a_run_without_skips_says_so(monkeypatch: pytest.MonkeyPatch, capsys: py
     monkeypatch.setattr(suite, "tools_leg", lambda host_setup: ("pass", "", []))
     monkeypatch.setattr(suite, "plugin_leg", lambda combination: lambda: ("pass", "", []))
     monkeypatch.setattr(suite, "updater_leg", lambda combination: lambda: ("pass", "", []))
+    monkeypatch.setattr(suite, "go_leg", lambda combination: lambda: ("pass", "", []))
     suite.run_suite(quick=True)
     assert "\nno test was skipped\n" in capsys.readouterr().out
 

@@ -10,13 +10,13 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import console
-from tools.dev import testdeps, venvs
+from tools.dev import go_conformance, testdeps, venvs
+from tools.dev.skips import Skip, counted
 from tools.paths import REPO_ROOT, VENVS_DIR
 
 PYTEST_NO_TESTS = 5  # pytest's exit code when it collected nothing
@@ -51,16 +51,7 @@ PLUGIN_COMBINATIONS = (
 )
 
 QUICK_SKIPS = ("oldest", "kirkstone")  # both Python 3.10: the slowest venvs to make
-
-
-@dataclass(frozen=True)
-class Skip:
-    """Tests pytest skipped for one reason in one file (a whole module when skipped at collection)."""
-
-    where: str  # the test file, relative to the repository
-    reason: str
-    count: int = 1
-    module: bool = False
+GO_LEG = "Kubernetes conformance (Go)"  # conformance/ through tools/dev/go_conformance.py
 
 
 @dataclass
@@ -111,7 +102,7 @@ def read_skips(junit_xml: Path, root: Path = REPO_ROOT) -> list[Skip]:
     """Every skip in pytest's JUnit XML report, counted per file and reason: a test skipped
     while it ran (`pytest.skip`, a `skipif` mark) reads `FILE:LINE: reason`; a module skipped
     while it was collected (`importorskip` at module level) reads `('FILE', LINE, 'Skipped: reason')`."""
-    counted: Counter[tuple[str, str, bool]] = Counter()
+    found: list[tuple[str, str, bool]] = []
     for case in ET.parse(junit_xml).getroot().iter("testcase"):
         skipped = case.find("skipped")
         if skipped is None:
@@ -119,17 +110,20 @@ def read_skips(junit_xml: Path, root: Path = REPO_ROOT) -> list[Skip]:
         text = (skipped.text or "").strip()
         if skipped.get("message") == "collection skipped" and text.startswith("("):
             where, _, reason = ast.literal_eval(text)
-            counted[(_relative(where, root), str(reason).removeprefix("Skipped: "), True)] += 1
+            found.append((_relative(where, root), str(reason).removeprefix("Skipped: "), True))
             continue
         where = text.split(":", 1)[0] if ":" in text else case.get("classname", "").replace(".", "/") + ".py"
-        counted[(_relative(where, root), skipped.get("message") or text, False)] += 1
-    return [Skip(where, reason, count, module) for (where, reason, module), count in sorted(counted.items())]
+        found.append((_relative(where, root), skipped.get("message") or text, False))
+    return counted(found)
 
 
 def skip_lines(results: Sequence[LegResult]) -> list[str]:
-    """The summary's list: per leg, how many tests were skipped, where and why."""
+    """The summary's list: per leg, how many tests were skipped, where and why; a leg that did
+    not run at all (no Go, no test directory) is listed with its reason too."""
     lines = []
     for result in results:
+        if result.status == "skipped":
+            lines.append(f"  {result.name}: the whole leg skipped: {result.detail}")
         if not result.skips:
             continue
         lines.append(f"  {result.name}: {result.skipped} skipped")
@@ -216,22 +210,34 @@ def updater_leg(combination: PluginCombination) -> Callable[[], LegOutcome]:
     return body
 
 
+def go_leg(board_python: PluginCombination) -> Callable[[], LegOutcome]:
+    """The Go harness, our plugin in it on the board's interpreter; its skips as go test reports them."""
+
+    def body() -> LegOutcome:
+        return go_conformance.leg(lambda: venvs.ensure_venv(board_python.venv()))
+
+    return body
+
+
 def run_suite(quick: bool = False, host_setup: bool = True) -> list[LegResult]:
     legs: list[tuple[str, Callable[[], LegOutcome]]] = [
         ("ruff", ruff_leg),
         ("tools + layer tests", lambda: tools_leg(host_setup)),
     ]
+    board_python = PLUGIN_COMBINATIONS[-1] if quick else PLUGIN_COMBINATIONS[0]
+    # our plugin (on the board's stack) and the DRA harness against Kubernetes' own Go code; before
+    # the plugin legs, so that their benchmark test only links what this leg compiled
+    legs.append((GO_LEG, go_leg(board_python)))
     for combination in PLUGIN_COMBINATIONS:
         if quick and combination.name in QUICK_SKIPS:
             continue
         legs.append((f"plugin on {combination.name}", plugin_leg(combination)))
-    board_python = PLUGIN_COMBINATIONS[-1] if quick else PLUGIN_COMBINATIONS[0]
     legs.append((f"updater on Python {board_python.python_version}", updater_leg(board_python)))
     results = [run_leg(name, body) for name, body in legs]
     rows = [[r.name, r.status, f"{r.seconds:.0f}", str(r.skipped), r.detail] for r in results]
     console.summary("test summary", ["leg", "result", "seconds", "skipped", "detail"], rows)
     listed = skip_lines(results)
-    print("\nskipped tests, with pytest's reasons:" if listed else "\nno test was skipped", flush=True)
+    print("\nskipped, with the reasons pytest and go test give:" if listed else "\nno test was skipped", flush=True)
     if listed:
         print("\n".join(listed), flush=True)
     if quick:

@@ -32,6 +32,7 @@ import jinja2
 import yaml
 
 from tools import console
+from tools.fleet.version import version_problem
 from tools.usage import UsageError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "rollout"
@@ -66,7 +67,6 @@ PREPARE_SCRIPT = (
     'exec chroot /host gpu-k8s-update wait-plan "$@"'
 )
 
-_VERSION = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._+-]{0,61}[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 # Plan names hold the device type and SUC makes label keys of them: a DNS label, 63 at most.
 _DEVICE_TYPE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,43}[a-z0-9])?$")
@@ -161,11 +161,9 @@ def parse_selector(selector: str | None) -> list[tuple[str, str]]:
 
 def validate(options: RolloutOptions) -> None:
     """Every check that needs no cluster; one line naming the problem and the fix."""
-    if not _VERSION.match(options.version) or len(options.version) > 63:
-        raise RolloutUsageError(
-            f"--version {options.version!r} must be 1-63 letters, digits, '.', '_', '+' or '-', starting and "
-            "ending with a letter or digit (it becomes a Kubernetes label value), e.g. 1.4.0"
-        )
+    problem = version_problem(options.version)
+    if problem:
+        raise RolloutUsageError(f"--version {problem}")
     if not options.artifacts:
         raise RolloutUsageError("no artifact to roll out: give --artifact-url URL --device-type TYPE, or --release DIR "
                            "--base-url URL")

@@ -339,14 +339,15 @@ def environment_problems(env: Mapping[str, str], environ: Mapping[str, str]) -> 
 
 
 def site_conf_keys_problem(kas_files: Sequence[Path], env: Mapping[str, str], site_conf: Path) -> str:
-    """Keys that only site.conf names are paths on this host, which the container does not see."""
+    """Keys bitbake would take from site.conf are paths on this host, which the container does not see."""
     if not preflight.builds_ab_images(kas_files):
         return ""
+    settings = preflight.release_settings(env, site_conf)
     in_site_conf = [name for name in KEY_FILE_VARIABLES
-                    if preflight.site_settings(site_conf).get(name) and not env.get(name)]
+                    if name in settings and settings[name].source == str(site_conf)]
     if not in_site_conf:
         return ""
-    return (f"{' and '.join(in_site_conf)} come only from {site_conf}, a path on this host the container does not "
+    return (f"{' and '.join(in_site_conf)} come from {site_conf}, a path on this host the container does not "
             f"see: export {' and '.join(in_site_conf)} in the environment instead (./task mounts the files into the "
             "container) and remove them from site.conf")
 
