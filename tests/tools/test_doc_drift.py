@@ -141,3 +141,17 @@ def test_the_readme_and_docs_describe_the_container_build_the_task_has() -> None
     assert f"(kas {version})" in building and f"`ghcr.io/siemens/kas/kas:{version}`" in building
     for series, distro in container.IMAGE_DISTRO_BY_SERIES.items():
         assert f"`{distro}`" in building and series in building
+
+
+def test_every_doc_gives_the_sd_card_orin_the_same_card_size() -> None:
+    """Issue 37, point 9: the SD-card Orin's card size, once stated differently in two places;
+    tests/tools/test_flash_orin.py proves the flash refusal names the same 64 GB."""
+    sizes = {
+        "README.md": re.findall(r"Orin Nano devkit, rootfs on its SD card \((\d+) GB or more\)", README),
+        "docs/layer.md table": re.findall(r"SD card, `flash_t234_qspi_sd_rootfs_ab\.xml`.*a card of \*\*(\d+) GB\*\*",
+                                          LAYER_DOC),
+        "docs/layer.md": re.findall(r"The SD-card Orin needs a card of (\d+) GB or more", LAYER_DOC),
+        "docs/tooling.md": re.findall(r"The SD-card Orin's card is (\d+) GB", TOOLING),
+    }
+    assert all(len(found) == 1 for found in sizes.values()), sizes
+    assert {found[0] for found in sizes.values()} == {"64"}, sizes
