@@ -87,6 +87,10 @@ ACCEPT_NVIDIA_LICENCE_HELP = (
         "verbose": "stream every line of kas/bitbake output instead of a progress line",
         "accept-nvidia-licence": ACCEPT_NVIDIA_LICENCE_HELP,
         "role": ROLE_HELP,
+        "container": "build inside kas's own container (kas-container, the kas version requirements/tools.txt pins) "
+        "with docker or podman: no Yocto host packages needed; the same kas file, work dir, caches and checks",
+        "engine": "with --container: docker or podman (default: KAS_CONTAINER_ENGINE, else the first of docker, "
+        "podman that answers)",
     }
 )
 def build(
@@ -105,6 +109,8 @@ def build(
     verbose: bool = False,
     accept_nvidia_licence: bool = False,
     role: str | None = None,
+    container: bool = False,
+    engine: str | None = None,
 ) -> None:
     """Build an OS image with kas (default: the QEMU image the smoke test boots).
 
@@ -112,7 +118,9 @@ def build(
     the image carries the driver) and, for an A/B image, the update-signing keys (readable by
     mender-artifact, one pair) and GPU_K8S_VERSION; refuses with the reason and the fix;
     --dry-run shows the same, the version and both keys' fingerprints, and exits 1 when a real
-    build would stop. Relative key paths are taken from the current directory. Each machine and
+    build would stop. Relative key paths are taken from the current directory. --container runs
+    the same build in kas's container with docker or podman instead (no Yocto host packages;
+    checks the engine and the network instead of host tools). Each machine and
     role has its own kas work dir under build/ (build/MACHINE for its default role,
     build/MACHINE-ROLE for the other), where ./task flash and ./task release find the image;
     downloads and sstate are shared. Ends with the artifacts in the deploy directory, with
@@ -138,6 +146,8 @@ def build(
         verbose=verbose,
         accept_nvidia_licence=accept_nvidia_licence,
         role=role,
+        container=container,
+        engine=engine,
     )
     try:
         build_module.run_build(options)

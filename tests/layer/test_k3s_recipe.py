@@ -242,6 +242,20 @@ def test_every_carried_line_has_one_hash_set_and_its_recipes():
     assert not release_inc().values("SRC_URI"), "hashes live in the line's file only"
 
 
+def test_the_default_line_is_the_newest_carried_and_the_docs_say_why_a_newer_one_is_not():
+    """Issue 37, point 10: machines run the newest line the layer can pin; a newer Kubernetes line
+    that is not carried is named in docs/layer.md with the reason and the steps, and the sentence
+    goes (the test fails) once its hash set is added."""
+    k3s_line = k3s_line_module()
+    lines = k3s_line.carried_lines([K3S_DIR])
+    assert version_inc().value("GPU_K8S_K3S_LINE") == lines[-1], "machines default to the newest carried line"
+    doc = (REPO / "docs/layer.md").read_text()
+    for waiting in re.findall(r"\*\*k3s (\d+\.\d+) \(Kubernetes \1[^*]*\) is not carried yet\*\*", doc):
+        assert waiting not in lines, f"docs/layer.md says k3s {waiting} is not carried, but k3s-line-{waiting}.inc is"
+        assert tuple(map(int, waiting.split("."))) > tuple(map(int, lines[-1].split(".")))
+        assert f"k3s-line-{waiting}.inc" in doc and "sha256sum-arm64.txt" in doc
+
+
 def test_one_setting_moves_one_machine_to_another_line():
     """The Nano held on an older line, the others on the newest: each machine keeps the
     k3s recipe of its own line and skips the other, and a line without hashes is named."""

@@ -20,7 +20,7 @@ import tegra_layouts as tl
 from bbfile import parse
 from k3s_layer import resolve, with_classes
 from layer_paths import LAYER, REPO
-from test_orin_layer import NVFLASHXMLPARSE, class_assignments, unit
+from test_orin_layer import class_assignments, unit
 
 sys.path.insert(0, str(LAYER / "lib"))
 from gpu_k8s import tegra_layout
@@ -296,12 +296,11 @@ def test_thors_qspi_template_gets_no_data_partition():
     assert tegra_layout.place_data_partition(tl.layout(tl.qspi_device()), "permanet_user_storage", 1 << 30) is None
 
 
-@pytest.mark.skipif(not NVFLASHXMLPARSE.is_file(), reason="meta-tegra wrynose work tree (yocto-parse) not here")
-def test_meta_tegras_own_parser_numbers_thors_data_partition_as_we_do(tmp_path):
+def test_meta_tegras_own_parser_numbers_thors_data_partition_as_we_do(tmp_path, nvflashxmlparse):
     placed = tegra_layout.place_data_partition(t264_nvme_ab_layout(), "permanet_user_storage", 1 << 30)
     path = tmp_path / "layout.xml"
     path.write_text(placed.text.replace("NUM_SECTORS", "2000409264").replace("APPSIZE", "26843545600"))
-    out = subprocess.run([sys.executable, str(NVFLASHXMLPARSE), "-t", "external", str(path)],
+    out = subprocess.run([sys.executable, str(nvflashxmlparse), "-t", "external", str(path)],
                          capture_output=True, text=True, check=True, timeout=60).stdout
     line = next(row for row in out.splitlines() if 'partname="permanet_user_storage"' in row)
     assert "partnumber=13;" in line and 'partfile="DATAFILE"' in line and "partfilltoend=1" in line

@@ -37,9 +37,9 @@ with open(os.path.join(deploy, target + '-qemux86-64.manifest'), 'w') as manifes
         manifest.write(name + ' core2_64 1.0\\n')
 """
 
-# What a complete QEMU image's manifest lists (docker comes as docker-ce, its provider).
+# What a complete QEMU image's manifest lists (docker comes as docker-moby, its provider on wrynose).
 FULL_QEMU_MANIFEST = [
-    "docker-ce" if r.label == "docker" else r.names[0]
+    "docker-moby" if r.label == "docker" else r.names[0]
     for r in req.requirements_for([req.X86_64, req.QEMU])
 ] + ["busybox", "systemd"]
 

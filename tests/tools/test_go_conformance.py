@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -86,8 +89,8 @@ def test_no_test_run_is_not_a_pass_and_go_lines_that_are_not_json_are_shown() ->
 
 def test_without_go_the_leg_is_skipped_and_says_what_would_run_it(monkeypatch) -> None:
     monkeypatch.setattr(go_conformance.shutil, "which", lambda name: None)
-    status, detail = go_conformance.leg(lambda: pytest.fail("no interpreter is needed to skip"))
-    assert status == "skipped"
+    status, detail, skips = go_conformance.leg(lambda: pytest.fail("no interpreter is needed to skip"))
+    assert (status, skips) == ("skipped", [])
     assert "Go is not installed" in detail and "fix: install Go >= 1.26" in detail
 
 
@@ -96,6 +99,53 @@ def test_an_older_go_skips_the_leg_naming_both_versions(monkeypatch, tmp_path: P
     fake_go.write_text("#!/bin/sh\necho go1.22.2\n")
     fake_go.chmod(0o755)
     monkeypatch.setattr(go_conformance.shutil, "which", lambda name: str(fake_go))
-    status, detail = go_conformance.leg(lambda: pytest.fail("no interpreter is needed to skip"))
-    assert status == "skipped"
+    status, detail, skips = go_conformance.leg(lambda: pytest.fail("no interpreter is needed to skip"))
+    assert (status, skips) == ("skipped", [])
     assert "go1.22.2 is older than the go 1.26" in detail
+
+
+def test_each_skipped_go_test_is_listed_with_its_file_and_t_skips_message() -> None:
+    """Proves the summary gets go test's skips as pytest's: per file and reason, counted."""
+    module = go_conformance.module_path(GO_MOD)
+    assert module == "github.com/meta-gpu-k8s/conformance"
+    package = f"{module}/dra"
+
+    def skipped(test: str, *logged: str) -> list[dict]:
+        lines = [f"=== RUN   {test}\n", *logged, f"--- SKIP: {test} (0.00s)\n"]
+        return [*({"Action": "output", "Package": package, "Test": test, "Output": line} for line in lines),
+                {"Action": "skip", "Package": package, "Test": test}]
+
+    shown: list[str] = []
+    result = go_conformance.tally(events(
+        *skipped("TestA", "    dra_test.go:12: a log line before\n", "    dra_test.go:14: needs CAP_SYS_ADMIN\n"),
+        *skipped("TestB", "    dra_test.go:30: needs CAP_SYS_ADMIN\n"),
+        *skipped("TestC", "    cluster.go:7: etcd would not start:\n", "        port 2379 in use\n"),
+        *skipped("TestD"),
+        {"Action": "pass", "Package": package, "Test": "TestE"},
+    ), shown.append, module)
+    assert result.verdict() == ("pass", "1 passed, 0 failed, 4 skipped")
+    assert result.skips() == [
+        go_conformance.Skip("conformance/dra/(no file named)", "skipped with no message (t.SkipNow)"),
+        go_conformance.Skip("conformance/dra/cluster.go", "etcd would not start: port 2379 in use"),
+        go_conformance.Skip("conformance/dra/dra_test.go", "needs CAP_SYS_ADMIN", 2),
+    ]
+    assert "  skip dra.TestA: needs CAP_SYS_ADMIN" in shown
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs Go (the Go conformance leg skips without it too)")
+def test_a_real_go_test_runs_skips_are_read_with_their_reasons(tmp_path: Path) -> None:
+    """The same, from a real `go test -json` run (no module download: the standard library only)."""
+    (tmp_path / "go.mod").write_text("module example.com/skips\n\ngo 1.21\n")
+    (tmp_path / "x_test.go").write_text(
+        'package skips\n\nimport "testing"\n\n'
+        'func TestSkips(t *testing.T) {\n\tt.Log("before")\n\tt.Skip("no GPU here")\n}\n\n'
+        'func TestSub(t *testing.T) {\n\tt.Run("one", func(t *testing.T) { t.Skipf("only on %s", "arm64") })\n}\n\n'
+        "func TestRuns(t *testing.T) {}\n")
+    env = {**go_conformance.go_env(), "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+    done = subprocess.run(["go", "test", "-count=1", "-json", "./..."], cwd=tmp_path, capture_output=True,
+                          text=True, check=False, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    result = go_conformance.tally(done.stdout.splitlines(keepends=True), lambda _: None, "example.com/skips")
+    assert result.verdict()[0] == "pass"
+    assert result.skips() == [go_conformance.Skip("conformance/x_test.go", "no GPU here"),
+                              go_conformance.Skip("conformance/x_test.go", "only on arm64")]

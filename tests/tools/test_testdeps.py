@@ -57,6 +57,7 @@ def test_no_host_setup_installs_and_downloads_nothing(tmp_path: Path, monkeypatc
 def test_host_setup_says_what_it_will_do_first(monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(testdeps, "install_apt_packages", lambda: "not root")
+    monkeypatch.setattr(testdeps, "install_tool_packages", lambda install: "")
     assert testdeps.prepare_qemu_test_host() == {}
     out = capsys.readouterr().out
     assert "apt-get" in out and "test-kernel" in out and "--no-host-setup" in out
@@ -150,3 +151,21 @@ def test_a_leg_whose_qemu_tests_were_skipped_never_reads_pass() -> None:
     ran = testdeps.QemuTestSetup({testdeps.KERNEL_DIR_VARIABLE: "/k"})
     assert suite.with_qemu_verdict("pass", "", ran) == ("pass", "")
     assert suite.with_qemu_verdict("FAIL", "pytest exit 1", asked)[0] == "FAIL"
+
+
+def test_the_host_tools_tests_need_are_named_by_package_and_make_the_leg_not_pass(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tools.dev import suite
+
+    assert testdeps.missing_tool_packages(lambda program: None if program in ("debugfs", "zstd") else "/bin/x") == \
+        ["e2fsprogs", "zstd"]
+    monkeypatch.setattr(testdeps, "missing_tool_packages", lambda: ["zstd"])
+    assert testdeps.install_tool_packages(install=False) == "missing zstd (--no-host-setup)"
+    kernel = {testdeps.KERNEL_DIR_VARIABLE: "/k"}
+    declined = testdeps.QemuTestSetup(kernel, asked=False, tools_missing="missing zstd (--no-host-setup)")
+    assert suite.with_qemu_verdict("pass", "", declined) == (
+        "PARTIAL", "tests needing host tools skipped: missing zstd (--no-host-setup)")
+    failed = testdeps.QemuTestSetup(kernel, tools_missing="apt-get install zstd failed: E: no network")
+    status, detail = suite.with_qemu_verdict("pass", "", failed)
+    assert status == "INCOMPLETE" and "apt-get install zstd failed" in detail

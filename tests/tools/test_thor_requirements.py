@@ -5,12 +5,12 @@ reports, and every missing piece says why it matters."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
+from tools.dev import testdeps
 from tools.image import build, check_image
 from tools.image import closure as ic
 from tools.image import requirements as req
@@ -103,12 +103,32 @@ def test_both_thor_machines_are_checked_against_the_thor_list_and_install_the_na
     assert build.MACHINES["jetson-agx-thor-t4000"].kas_file.endswith(":kas/include/machine-jetson-agx-thor-t4000.yml")
 
 
-# The layers at our pins, where the parse tool keeps them: every name check-image asks for on a
-# Jetson with L4T R39 must be a package some recipe there (or ours) really makes, or check-image
-# reports a piece MISSING that no build could ever supply.
-PARSE_ROOT = Path(os.environ.get("YOCTO_PARSE_ROOT", "/var/tmp/yocto-parse"))
-PINNED_LAYERS = (PARSE_ROOT / "sources-wrynose/meta-tegra", PARSE_ROOT / "sources-wrynose/meta-mender",
-                 Path(os.environ.get("MENDER_TEGRA_LOCAL", "/var/tmp/mender-tegra-local")), REPO_ROOT / "meta-gpu-k8s")
+# The layers at our pins: every name check-image asks for on a Jetson with L4T R39 must be a
+# package some recipe there (or ours) really makes, or check-image reports a piece MISSING that no
+# build could ever supply. The upstream layers are outside this repository: the test runs only
+# when asked for (testdeps.UPSTREAM_ROOT_VARIABLE, the parse tool's work root, and
+# testdeps.MENDER_TEGRA_VARIABLE, meta-mender-community wrynose); CI does not ask.
+@pytest.fixture
+def pinned_layers() -> list[Path]:
+    wanted = [
+        (testdeps.UPSTREAM_ROOT_VARIABLE, "sources-wrynose/meta-tegra", "meta-tegra wrynose",
+         testdeps.kas_pin(REPO_ROOT / "kas/jetson-orin-nano.yml", "meta-tegra")),
+        (testdeps.UPSTREAM_ROOT_VARIABLE, "sources-wrynose/meta-mender", "meta-mender wrynose",
+         testdeps.kas_pin(REPO_ROOT / "kas/include/wrynose.yml", "meta-mender")),
+        # assembled file by file where no clone at the pin exists (docs/layer.md, "Pins"): no commit to check
+        (testdeps.MENDER_TEGRA_VARIABLE, ".", "meta-mender-community wrynose", ""),
+    ]
+    layers = []
+    for variable, relative, what, pin in wanted:
+        checkout = testdeps.upstream_checkout(variable, relative, what + "'s recipes", pin=pin)
+        if checkout.skip:
+            pytest.skip(checkout.skip)
+        if checkout.fail:
+            pytest.fail(checkout.fail)
+        layers.append(checkout.path)
+    return [*layers, REPO_ROOT / "meta-gpu-k8s"]
+
+
 _PACKAGES = re.compile(r'^PACKAGES(?::[\w-]+)?\s*(?:=\+|\+=|=|\?=)\s*"([^"]*)"', re.M)
 _OOT_MODULE = re.compile(r"\$\{KERNEL_MODULE_PACKAGE_PREFIX\}(kernel-module-[\w-]+)")
 
@@ -129,11 +149,9 @@ def declared_packages(layer: Path) -> set[str]:
     return names
 
 
-@pytest.mark.skipif(not all(layer.is_dir() for layer in PINNED_LAYERS),
-                    reason="the pinned layers (yocto-parse work tree, mender-tegra-local) are not on this host")
 @pytest.mark.parametrize("family", [req.JETSON_THOR, req.JETSON_ORIN])
-def test_every_r39_jetson_requirement_names_a_package_the_pinned_layers_make(family) -> None:
-    made = set().union(*(declared_packages(layer) for layer in PINNED_LAYERS))
+def test_every_r39_jetson_requirement_names_a_package_the_pinned_layers_make(family, pinned_layers) -> None:
+    made = set().union(*(declared_packages(layer) for layer in pinned_layers))
     requirements = req.requirements_for([req.JETSON, family], cuda_packages=["tegra-libraries-cuda"])
     jetson_only = [r for r in requirements if r not in req.requirements_for([])]
     unknown = [r.label for r in jetson_only if not set(r.names) & made]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import console
+from tools.dev.skips import Skip, counted
 from tools.paths import BUILD_ROOT, REPO_ROOT
 
 MODULE_DIR = REPO_ROOT / "conformance"
@@ -32,6 +33,28 @@ def go_mod_versions(go_mod: str) -> tuple[tuple[int, ...], str]:
     if not go_line or not kubernetes:
         raise ValueError("conformance/go.mod names no go version or no k8s.io/kubernetes")
     return tuple(int(p) for p in go_line.group(1).split(".")), kubernetes.group(1)
+
+
+def module_path(go_mod: str) -> str:
+    match = re.search(r"^module (\S+)", go_mod, re.M)
+    return match.group(1) if match else ""
+
+
+# t.Skip's message as go test prints it under the test: `    file_test.go:42: reason`
+_LOGGED = re.compile(r"^\s+(\S+\.go):\d+: (.*)$")
+
+
+def skip_reason(output: Iterable[str]) -> tuple[str, str]:
+    """(the file, the message) of the last line a test logged before it skipped: t.Skip's
+    message, with its continuation lines; ('', ...) when it skipped with no message (SkipNow)."""
+    where, message = "", []
+    for line in "".join(output).splitlines():
+        logged = _LOGGED.match(line)
+        if logged:
+            where, message = logged.group(1), [logged.group(2).strip()]
+        elif message and line.startswith("        "):  # go indents a message's further lines
+            message.append(line.strip())
+    return where, " ".join(message) or "skipped with no message (t.SkipNow)"
 
 
 def parse_go_version(text: str) -> tuple[int, ...] | None:
@@ -59,6 +82,16 @@ class TestTally:
     skipped: list[str] = field(default_factory=list)
     failed_packages: list[str] = field(default_factory=list)
     output: dict[str, list[str]] = field(default_factory=dict)
+    module: str = ""  # conformance/go.mod's module path: packages under it are shown as conformance/...
+    skip_reasons: list[tuple[str, str, bool]] = field(default_factory=list)  # (file, reason, False) per skip
+
+    def skips(self) -> list[Skip]:
+        return counted(self.skip_reasons)
+
+    def _test_file(self, package: str, file: str) -> str:
+        inside = bool(self.module) and (package == self.module or package.startswith(self.module + "/"))
+        directory = "conformance" + package.removeprefix(self.module) if inside else package
+        return f"{directory}/{file or '(no file named)'}"
 
     def add(self, event: dict) -> str | None:
         """Takes one event; returns a line worth printing now, if any."""
@@ -80,7 +113,9 @@ class TestTally:
             return f"  pass {key} ({seconds})"
         if action == "skip":
             self.skipped.append(key)
-            return f"  skip {key}"
+            file, reason = skip_reason(self.output.get(key, []))
+            self.skip_reasons.append((self._test_file(package, file), reason, False))
+            return f"  skip {key}: {reason}"
         if action == "fail":
             self.failed.append(key)
             return f"  FAIL {key} ({seconds})\n" + "".join(self.output.get(key, [])).rstrip()
@@ -97,8 +132,8 @@ class TestTally:
         return "pass", counts
 
 
-def tally(lines: Iterable[str], show: Callable[[str], None]) -> TestTally:
-    result = TestTally()
+def tally(lines: Iterable[str], show: Callable[[str], None], module: str = "") -> TestTally:
+    result = TestTally(module=module)
     for line in lines:
         try:
             event = json.loads(line)
@@ -116,39 +151,41 @@ def run_go(argv: list[str], env: dict[str, str]) -> int:
     return subprocess.run(argv, cwd=MODULE_DIR, env={**os.environ, **env}, check=False).returncode
 
 
-def leg(plugin_python: Callable[[], Path]) -> tuple[str, str]:
+def leg(plugin_python: Callable[[], Path]) -> tuple[str, str, list[Skip]]:
     """Download, build the benchmark's programs, then build and run every package's tests (a
     package that does not build fails with the compiler's messages); plugin_python makes (once)
-    and names the interpreter our plugin runs on in the harness (the image's stack)."""
+    and names the interpreter our plugin runs on in the harness (the image's stack). Returns the
+    status, a detail line and the tests go test skipped, with their reasons."""
     go = shutil.which("go")
-    wanted, kubernetes = go_mod_versions((MODULE_DIR / "go.mod").read_text())
+    go_mod = (MODULE_DIR / "go.mod").read_text()
+    wanted, kubernetes = go_mod_versions(go_mod)
     need = ".".join(map(str, wanted))
     if go is None:
         return "skipped", (f"Go is not installed, so the Kubernetes {kubernetes} conformance harness did not run; "
-                           f"fix: install Go >= {need} (the leg then downloads its modules itself)")
+                           f"fix: install Go >= {need} (the leg then downloads its modules itself)"), []
     have_text = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False).stdout
     have = parse_go_version(have_text)
     if have is None or have < wanted:
         return "skipped", (f"{have_text.strip() or go} is older than the go {need} conformance/go.mod needs, so the "
-                           f"Kubernetes {kubernetes} harness did not run; fix: install Go >= {need}")
+                           f"Kubernetes {kubernetes} harness did not run; fix: install Go >= {need}"), []
     env = {**go_env(), "GPU_PLUGIN_PYTHON": str(plugin_python()), "CONFORMANCE_REPO": str(REPO_ROOT)}
     started = time.monotonic()
     if run_go([go, "mod", "download"], env) != 0:
-        return "FAIL", "go mod download failed (the module proxy unreachable? GOPROXY, GOFLAGS=-mod=mod)"
+        return "FAIL", "go mod download failed (the module proxy unreachable? GOPROXY, GOFLAGS=-mod=mod)", []
     downloaded = time.monotonic()
     # the benchmark's programs first: they compile the kubelet's device manager the tests link too
     if run_go([str(REPO_ROOT / "bench" / "go" / "build.sh")], env) != 0:
-        return "FAIL", "bench/go/build.sh failed (see its messages above)"
+        return "FAIL", "bench/go/build.sh failed (see its messages above)", []
     built = time.monotonic()
     argv = [go, "test", "-count=1", "-json", f"-timeout={TEST_TIMEOUT}", "./..."]
     console.info("running: " + " ".join(argv))
     with subprocess.Popen(argv, cwd=MODULE_DIR, env={**os.environ, **env}, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
-        result = tally(proc.stdout, console.info)
+        result = tally(proc.stdout, console.info, module_path(go_mod))
     status, detail = result.verdict()
     if proc.returncode != 0 and status == "pass":
         status, detail = "FAIL", f"go test exit {proc.returncode}; {detail}"
     # go test links each test binary anew: the compile of what the tests add is in their time
     timings = (f"modules {downloaded - started:.0f} s, benchmark programs {built - downloaded:.0f} s, "
                f"tests with their compile {time.monotonic() - built:.0f} s")
-    return status, f"k8s.io/kubernetes {kubernetes}; {detail}; {timings}"
+    return status, f"k8s.io/kubernetes {kubernetes}; {detail}; {timings}", result.skips()

@@ -1,9 +1,10 @@
 """What the QEMU tests in tests/tools need from the host, installed from Debian's packages.
 
 `./task test` calls `prepare_qemu_test_host` before pytest: it installs qemu-system-x86,
-busybox-static (and mender-artifact, for the release tests) with apt-get (as root, when
-missing) and unpacks a Debian kernel package into the user cache (apt-get download +
-dpkg-deb -x: no postinst, nothing changes in /boot),
+busybox-static and mender-artifact (for the release tests), and zstd, e2fsprogs and openssl
+(for the flash and updater tests, TOOL_PACKAGES), with apt-get (as root, when missing) and
+unpacks a Debian kernel package into the user cache (apt-get download + dpkg-deb -x: no
+postinst, nothing changes in /boot),
 keeping only the kernel and the one module the tests load (a few MB, not the package's
 ~400 MB). It says so before doing it; `./task test --no-host-setup` (or
 GPU_K8S_TEST_NO_HOST_SETUP=1) changes nothing on the host. When the QEMU tests cannot run,
@@ -19,7 +20,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tools import console
@@ -94,16 +95,12 @@ def update_package_lists() -> str | None:
             return f"another apt process held {APT_LISTS_LOCK} for {APT_LOCK_TIMEOUT_S} s"
 
 
-def install_apt_packages() -> str | None:
-    """None when the packages are there; otherwise why they are not."""
-    if shutil.which("dpkg-query") is None:
-        return "not a Debian/Ubuntu host (no dpkg-query): install qemu-system-x86_64 and a static busybox"
-    missing = [p for p in APT_PACKAGES if not package_installed(p)]
-    if not missing:
-        return None
+def apt_install(missing: list[str], purpose: str) -> str | None:
+    """apt-get install the missing packages (as root, waiting for another apt process); None
+    when done, else why not."""
     if os.geteuid() != 0:
         return f"missing {' '.join(missing)} and not root: sudo apt-get install {' '.join(missing)}"
-    console.info(f"installing {' '.join(missing)} for the QEMU and release tests (apt-get)")
+    console.info(f"installing {' '.join(missing)} for {purpose} (apt-get)")
     problem = update_package_lists()
     if problem:
         return problem
@@ -112,6 +109,38 @@ def install_apt_packages() -> str | None:
     if installed.returncode != 0:
         return f"apt-get install {' '.join(missing)} failed: {installed.stderr.strip()[-300:]}"
     return None
+
+
+def install_apt_packages() -> str | None:
+    """None when the packages are there; otherwise why they are not."""
+    if shutil.which("dpkg-query") is None:
+        return "not a Debian/Ubuntu host (no dpkg-query): install qemu-system-x86_64 and a static busybox"
+    missing = [p for p in APT_PACKAGES if not package_installed(p)]
+    return apt_install(missing, "the QEMU and release tests") if missing else None
+
+
+# Programs other tests need from the host, each with its Debian package: the flash tests make and
+# read ext4 images and .tar.zst packages as the flash task does; the updater's TLS test makes a
+# certificate. Installed like the QEMU packages; a test whose program is missing skips, naming it.
+TOOL_PACKAGES = {"zstd": "zstd", "debugfs": "e2fsprogs", "mkfs.ext4": "e2fsprogs", "openssl": "openssl"}
+
+
+def missing_tool_packages(which: Callable[[str], str | None] = shutil.which) -> list[str]:
+    return sorted({package for program, package in TOOL_PACKAGES.items() if which(program) is None})
+
+
+def install_tool_packages(install: bool) -> str:
+    """'' when every program is there (installed now when asked and missing); else why not."""
+    missing = missing_tool_packages()
+    if not missing:
+        return ""
+    if not install:
+        return f"missing {' '.join(missing)} (--no-host-setup)"
+    if shutil.which("dpkg-query") is None:
+        return f"not a Debian/Ubuntu host (no dpkg-query): install {' '.join(missing)}"
+    problem = apt_install(missing, "the flash and updater tests")
+    still = missing_tool_packages()
+    return problem or (f"still missing {' '.join(still)} after apt-get install" if still else "")
 
 
 def kernel_package_name() -> str | None:
@@ -176,19 +205,31 @@ class QemuTestSetup:
     env: dict[str, str]  # for pytest: where the test kernel is; empty when the QEMU tests skip
     skipped: str = ""  # why they skip ('' when they run)
     asked: bool = True  # host setup was asked for (not --no-host-setup)
+    tools_missing: str = ""  # why tests needing TOOL_PACKAGES' programs skip ('' when they run)
 
 
 def qemu_test_setup(host_setup: bool = True) -> QemuTestSetup:
-    console.step("preparing the host for the QEMU tests")
-    if not host_setup or os.environ.get(NO_HOST_SETUP_VARIABLE) == "1":
+    console.step("preparing the host for the QEMU, flash and updater tests")
+    asked = host_setup and os.environ.get(NO_HOST_SETUP_VARIABLE) != "1"
+    if asked:
+        packages = [*APT_PACKAGES, *sorted(set(TOOL_PACKAGES.values()))]
+        console.info(f"as root this installs {' '.join(packages)} with apt-get when missing, and keeps a Debian "
+                     f"kernel (a few MB) in {user_cache_dir() / 'test-kernel'}; --no-host-setup skips it")
+    tools_missing = install_tool_packages(install=asked)
+    if tools_missing:
+        console.warn(f"tests that need {', '.join(sorted(set(TOOL_PACKAGES.values())))} will be SKIPPED: "
+                     f"{tools_missing}")
+    return replace(_qemu_setup(asked), tools_missing=tools_missing)
+
+
+def _qemu_setup(host_setup: bool) -> QemuTestSetup:
+    if not host_setup:
         cached = sorted((user_cache_dir() / "test-kernel").glob("linux-image-*/boot/vmlinuz-*"))
         console.warn("host setup skipped (--no-host-setup): nothing installed or downloaded; "
                      "QEMU tests run only if qemu, busybox-static and a cached test kernel are already there")
         if cached:
             return QemuTestSetup({KERNEL_DIR_VARIABLE: str(cached[-1].parent.parent)}, asked=False)
         return QemuTestSetup({}, "--no-host-setup and no cached test kernel", asked=False)
-    console.info(f"as root this installs {' '.join(APT_PACKAGES)} with apt-get when missing, and keeps a "
-                 f"Debian kernel (a few MB) in {user_cache_dir() / 'test-kernel'}; --no-host-setup skips it")
     problem = install_apt_packages()
     if problem:
         console.warn(f"QEMU tests will be SKIPPED: {problem}")
@@ -204,3 +245,54 @@ def qemu_test_setup(host_setup: bool = True) -> QemuTestSetup:
 def prepare_qemu_test_host(host_setup: bool = True) -> dict[str, str]:
     """Environment for pytest: where the test kernel is; empty when the QEMU tests must skip."""
     return qemu_test_setup(host_setup).env
+
+
+# ---------------------------------------------------------------- upstream checkouts, on request
+
+# A few tests read upstream code at our pins that this repository does not (and may not) carry:
+# meta-tegra's own layout parser, the recipes of the pinned layers. Their checkouts live outside
+# the repository (the maintainers' parse tool keeps them in its work root), so these tests run
+# only when asked for with these variables, which CI does not set: what a run skips never
+# depends on whether a host happens to have such a directory. Asked for, the checkout must be
+# there and at our pin, or the test fails.
+UPSTREAM_ROOT_VARIABLE = "GPU_K8S_TEST_YOCTO_PARSE_ROOT"  # the parse tool's work root, e.g. /var/tmp/yocto-parse
+MENDER_TEGRA_VARIABLE = "GPU_K8S_TEST_MENDER_TEGRA"  # meta-mender-community wrynose at our pin (or its assembled copy)
+
+
+@dataclass(frozen=True)
+class UpstreamCheckout:
+    path: Path | None  # None: not asked for, or not usable (skip or fail says why)
+    skip: str = ""  # not asked for: the reason the test is skipped
+    fail: str = ""  # asked for but not usable: why the test fails
+
+
+def kas_pin(kas_file: Path, repo: str) -> str:
+    """The commit a kas file pins a repository at."""
+    import yaml
+
+    return str(((yaml.safe_load(kas_file.read_text()) or {}).get("repos") or {}).get(repo, {}).get("commit") or "")
+
+
+def checkout_commit(path: Path) -> str:
+    # safe.directory: the parse tool's checkouts belong to its own unprivileged user
+    done = _quiet(["git", "-c", "safe.directory=*", "-C", str(path), "rev-parse", "HEAD"])
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def upstream_checkout(variable: str, relative: str, what: str, pin: str = "",
+                      environ: dict[str, str] | None = None) -> UpstreamCheckout:
+    """`relative` under the directory `variable` names, checked out at `pin` (when given)."""
+    environ = dict(os.environ) if environ is None else environ
+    root = environ.get(variable, "")
+    if not root:
+        return UpstreamCheckout(None, skip=f"opt-in: needs {what}, upstream code outside this repository; set "
+                                           f"{variable} to run it (docs/tooling.md, 'test')")
+    path = Path(root) / relative
+    if not path.is_dir():
+        return UpstreamCheckout(None, fail=f"{variable}={root} asks for {what}, but {path} is not a directory")
+    if pin:
+        commit = checkout_commit(path)
+        if commit != pin:
+            return UpstreamCheckout(None, fail=f"{path} is at {commit or 'no git commit'}, not at our pin {pin}: "
+                                               "check it out there (or rerun the parse tool's setup.sh)")
+    return UpstreamCheckout(path)

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from tools import console, process
-from tools.image import hostcheck, kas_config, preflight
+from tools.image import container, hostcheck, kas_config, preflight
 from tools.image import manifest as image_manifest
 from tools.image import requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
@@ -129,6 +129,8 @@ class BuildOptions:
     verbose: bool = False
     accept_nvidia_licence: bool = False
     role: str | None = None  # None: the machine's default role
+    container: bool = False  # through kas-container (docker or podman) instead of this host's tools
+    engine: str | None = None  # with container: docker or podman (None: KAS_CONTAINER_ENGINE, else the first answering)
 
 
 def with_licence(kas_file: str, accept_nvidia_licence: bool) -> str:
@@ -154,6 +156,17 @@ def checked_role(role: str | None) -> str | None:
     if role is not None and role not in ROLES:
         raise BuildUsageError(f"--role must be server or agent, got {role!r}")
     return role
+
+
+def checked_engine(options: BuildOptions, environ: Mapping[str, str]) -> None:
+    """--engine (or kas-container's KAS_CONTAINER_ENGINE) names an engine kas-container knows,
+    and --engine comes with --container."""
+    if options.engine and not options.container:
+        raise BuildUsageError(f"--engine {options.engine} chooses the container engine of --container: "
+                              "add --container, or leave --engine out")
+    requested, source = container.requested_engine(options.engine, environ)
+    if options.container and requested and requested not in container.ENGINES:
+        raise BuildUsageError(f"{source} must be docker or podman, got {requested!r}")
 
 
 def image_role(machine: str, role: str | None) -> str:
@@ -217,13 +230,18 @@ def kas_executable() -> str:
     return str(beside_python) if beside_python.exists() else "kas"
 
 
-def kas_build_command(options: BuildOptions, environ: Mapping[str, str]) -> process.Command:
-    return process.Command(
-        argv=[kas_executable(), "build", "--target", image_name(options),
-              kas_file_for(options.machine, options.role, options.accept_nvidia_licence)],
-        cwd=REPO_ROOT,
-        env=build_environment(options, environ),
-    )
+def kas_build_command(options: BuildOptions, environ: Mapping[str, str],
+                      engine: str | None = None) -> process.Command:
+    """`kas build` here, or with --container the same through kas-container with `engine`."""
+    kas_argument = kas_file_for(options.machine, options.role, options.accept_nvidia_licence)
+    env = build_environment(options, environ)
+    if not options.container:
+        return process.Command(argv=[kas_executable(), "build", "--target", image_name(options), kas_argument],
+                               cwd=REPO_ROOT, env=env)
+    kas_files = preflight.kas_paths(kas_argument)
+    runtime = container.runtime_arguments(kas_env_names_of(kas_files), environ)
+    return container.build_command(image_name(options), kas_argument, env, environ, engine, runtime,
+                                   container.kas_container_executable(), container.series_of(kas_files))
 
 
 def tmp_dir(env: Mapping[str, str]) -> Path:
@@ -310,6 +328,10 @@ def kas_env_names(kas_file: Path, root: Path = REPO_ROOT) -> set[str]:
     return names
 
 
+def kas_env_names_of(kas_files: list[Path], root: Path = REPO_ROOT) -> set[str]:
+    return set().union(*(kas_env_names(path, root) for path in kas_files)) if kas_files else set()
+
+
 def settings_kas_drops(env: Mapping[str, str], kas_files: Path | list[Path],
                        root: Path = REPO_ROOT) -> list[str]:
     """Settings we would pass that kas would not hand on to bitbake."""
@@ -326,6 +348,8 @@ def build_command_line(options: BuildOptions) -> str:
     parts = ["./task build", f"--machine {options.machine}"]
     parts += [f"--role {options.role}"] if options.role else []
     parts += ["--accept-nvidia-licence"] if options.accept_nvidia_licence else []
+    parts += ["--container"] if options.container else []
+    parts += [f"--engine {options.engine}"] if options.engine else []
     return " ".join(parts)
 
 
@@ -343,9 +367,17 @@ def release_check(options: BuildOptions, env: Mapping[str, str]) -> preflight.Re
 
 def refuse_unfit_host(options: BuildOptions, env: Mapping[str, str]) -> list[hostcheck.Problem]:
     facts = hostcheck.gather_host_facts(Path(env["KAS_BUILD_DIR"]))
-    problems = hostcheck.check_build_host(facts, options.min_free_gb, next_step=build_command_line(options))
     kas_files = preflight.kas_paths(kas_file_for(options.machine, options.role, options.accept_nvidia_licence))
     site_conf = Path(env["KAS_BUILD_DIR"]) / "conf" / "site.conf"
+    if options.container:
+        # the container brings bitbake's host tools and locale; it needs a normal user and the disk
+        problems = [*hostcheck.check_not_root_for_container(facts.euid, next_step=build_command_line(options)),
+                    *hostcheck.check_free_disk(facts.build_dir, facts.free_bytes, options.min_free_gb)]
+        keys = container.site_conf_keys_problem(kas_files, env, site_conf)
+        if keys:
+            problems.append(hostcheck.Problem("update-signing keys: the container cannot read them", keys))
+    else:
+        problems = hostcheck.check_build_host(facts, options.min_free_gb, next_step=build_command_line(options))
     # Without the licence bitbake stops at parse time, after kas fetched every layer.
     licence = preflight.nvidia_licence_problem(kas_files, carries_nvidia(options.machine), site_conf)
     if licence:
@@ -353,15 +385,49 @@ def refuse_unfit_host(options: BuildOptions, env: Mapping[str, str]) -> list[hos
     return problems
 
 
+def container_checks(options: BuildOptions, environ: Mapping[str, str],
+                     kas_files: list[Path]) -> tuple[str | None, list[hostcheck.Problem], list[str]]:
+    """For --container: the engine that will run it, what stops it (no engine that answers, no
+    way to the kas image or the layers' git servers, settings the container cannot take) and
+    lines saying what was chosen and why."""
+    env = build_environment(options, environ)
+    script = container.kas_container_executable()
+    image = container.kas_image(container.script_version(script), container.series_of(kas_files), environ)
+    states = container.gather_engine_facts(image)
+    choice = container.choose_engine(*container.requested_engine(options.engine, environ), states)
+    has_image = bool(choice.engine and states[choice.engine].has_image)
+    hosts = container.hosts_to_reach(image, has_image, container.layer_repositories(kas_files),
+                                     Path(env["KAS_WORK_DIR"]), environ)
+    network = container.gather_network_facts(hosts, environ)
+    runtime = container.runtime_arguments(kas_env_names_of(kas_files), environ)
+    problems = [*choice.problems, *container.environment_problems(env, environ), *runtime.problems,
+                *container.network_problems(image, has_image, network)]
+    notes = [f"kas-container {script} with {choice.why}" if choice.engine else f"kas-container {script}",
+             f"kas image {image}: " + ("on this host" if has_image else
+                                       f"pulled from {container.registry_of(image)} on the first run")]
+    if network.proxy:
+        notes.append(f"network: through the proxy {network.proxy} (host names not checked here)")
+    return choice.engine, problems, notes
+
+
 def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -> list[Artifact]:
-    """Check the host, run `kas build`, and report the artifacts. Raises BuildError; a dry
-    run that shows a problem a real build would stop at raises it too, after the commands."""
+    """Check the host, run `kas build` (or kas-container's), and report the artifacts. Raises
+    BuildError; a dry run that shows a problem a real build would stop at raises it too, after
+    the commands."""
     environ = os.environ if environ is None else environ
     target = machine_target(options.machine)
     role = image_role(options.machine, options.role)
     image = image_name(options)
-    command = kas_build_command(options, environ)
-    kas_argument = command.argv[-1]
+    checked_engine(options, environ)
+    kas_argument = kas_file_for(options.machine, options.role, options.accept_nvidia_licence)
+    engine, container_problems, container_notes = None, [], []
+    if options.container:
+        try:
+            engine, container_problems, container_notes = container_checks(
+                options, environ, preflight.kas_paths(kas_argument))
+        except container.ContainerError as missing:
+            raise BuildError(str(missing)) from None
+    command = kas_build_command(options, environ, engine)
     console.step(f"building {image} for {options.machine} ({target.yocto_machine}) as a k3s {role} "
                  f"with {kas_argument}")
 
@@ -383,13 +449,16 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
     for error in unloadable:
         console.warn(f"kas cannot load {kas_argument}: {error} (continuing: --dry-run)")
 
-    console.step("checking the build host, the update-signing keys and the release version")
+    console.step("checking the build host" + (" for a container build" if options.container else "")
+                 + ", the update-signing keys and the release version")
+    for note in container_notes:
+        console.info(note)
     # Before any build work: a key mender-artifact cannot read fails when bitbake signs, hours in;
     # a verify key of another pair strands every board; a version rollout refuses is found only there.
     release = release_check(options, {**environ, **command.env})
     for line in release.lines():
         console.info(line)
-    problems = [*refuse_unfit_host(options, {**environ, **command.env}), *release.problems]
+    problems = [*container_problems, *refuse_unfit_host(options, {**environ, **command.env}), *release.problems]
     for problem in problems:
         console.info(f"- {problem}")
     if problems and not options.dry_run:
@@ -399,6 +468,8 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
         )
     if problems:
         console.warn("a real build would stop here; showing the commands anyway (--dry-run)")
+    elif options.container:
+        console.info("host is fit: disk, user, container engine, network, signing keys, version and licences are fine")
     else:
         console.info("host is fit: disk, tools, user, locale, signing keys, version and licences are fine")
 
@@ -410,7 +481,8 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
             "instead (docs/layer.md)"
         )
 
-    console.step("running kas (layers are fetched on the first run; bitbake then builds)")
+    console.step("running kas" + (" in its container" if options.container else "")
+                 + " (layers are fetched on the first run; bitbake then builds)")
     log_path = Path(command.env["KAS_BUILD_DIR"]) / "kas-build.log"
     if options.dry_run:
         process.run(command, dry_run=True)
@@ -420,6 +492,8 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
             raise BuildError(f"dry run: a real build would stop at the {stops} problem(s) above; "
                              "fix them and run again")
         return []
+    if options.container:
+        container.prepare_dirs(command.env)
     try:
         process.run_logged(command, log_path, verbose=options.verbose)
     except process.CommandFailed as failure:

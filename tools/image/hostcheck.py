@@ -135,6 +135,26 @@ def check_not_root(euid: int, repo_root: Path | None = None, next_step: str = ".
     return [Problem(reason, f"as root: {steps}")]
 
 
+def check_not_root_for_container(euid: int, repo_root: Path | None = None,
+                                 next_step: str = "./task build --container") -> list[Problem]:
+    """kas-container refuses root too, and for good: KAS_ALLOW_ROOT=yes only lets it start, after
+    which its entrypoint runs kas as root in the container (USER_ID 0), where bitbake's sanity
+    check stops the parse ("Do not use Bitbake as root"). The container needs a normal user who
+    may run the engine."""
+    if euid != 0:
+        return []
+    if repo_root is None:
+        from tools.paths import REPO_ROOT
+
+        repo_root = REPO_ROOT
+    steps = own_clone_steps(repo_root, origin_url(repo_root), next_step=next_step)
+    return [Problem(
+        "running as root: kas-container refuses root, and inside its container bitbake would run as root too, "
+        "which bitbake refuses (\"Do not use Bitbake as root\")",
+        f"as root: {steps}; builder must be able to run the engine: podman runs rootless for any user, docker "
+        "needs `usermod -aG docker builder` (as root, before su)")]
+
+
 def _normalise_locale(name: str) -> str:
     return name.lower().replace("utf-8", "utf8")
 
