@@ -43,8 +43,12 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     # the kubelet session drives the service, the core, CDI, reload and what systemd sees
     "session": frozenset({"__init__", "model", "api", "config.settings", "config.reload_policy", "core", "cdi",
                           "health.base", "host", "observability", "service", "metrics.telemetry"}),
+    # the DRA driver: the same GPUs (discovery's values, health's contract, CDI's edits) on the kubelet's
+    # DRA API and the API server; of the device plugin's session only the signal handling
+    "dra": frozenset({"model", "api", "config.settings", "cdi", "health.base", "host", "observability.sdnotify",
+                      "session.signals"}),
     "cli": frozenset({"__init__", "model", "config", "core", "discovery", "health", "observability", "session",
-                      "doctor", "metrics"}),
+                      "doctor", "metrics", "dra"}),
     "__main__": frozenset({"cli"}),
 }
 
@@ -118,7 +122,8 @@ def test_the_policy_core_does_no_io() -> None:
 
 def test_only_the_command_line_starts_a_session() -> None:
     users = {module for module, imported in graph().items()
-             if part_of(module) != "session" and any(part_of(m) == "session" for m in imported)}
+             if part_of(module) != "session" and any(part_of(m) == "session" and m != f"{NAME}.session.signals"
+                                                     for m in imported)}
     assert users == {f"{NAME}.cli.serve"}
 
 

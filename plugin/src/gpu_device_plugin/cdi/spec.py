@@ -332,8 +332,13 @@ def write_spec(spec: Mapping[str, Any], spec_dir: str, kind: str) -> str:
     """
     if spec.get("kind") != kind:
         raise ValueError(f"CDI spec kind {spec.get('kind')!r} does not match the kind to write, {kind!r}")
+    return write_spec_file(spec, spec_path(spec_dir, kind))
+
+
+def write_spec_file(spec: Mapping[str, Any], path: str) -> str:
+    """`write_spec` under a file name of the caller's (the DRA driver's one spec per claim)."""
     validate_spec(spec)
-    path = spec_path(spec_dir, kind)
+    spec_dir = os.path.dirname(path)
     data = (json.dumps(spec, indent=2, sort_keys=False) + "\n").encode()
     try:
         with open(path, "rb") as f:
@@ -388,7 +393,10 @@ def _fsync_dir(directory: str) -> None:
 
 def remove_spec(spec_dir: str, kind: str) -> bool:
     """Delete our spec (CDI switched off, or shutdown); True if a file was removed."""
-    path = spec_path(spec_dir, kind)
+    return remove_spec_file(spec_path(spec_dir, kind))
+
+
+def remove_spec_file(path: str) -> bool:
     _remove_stale_temps(path)
     try:
         os.unlink(path)

@@ -43,6 +43,13 @@ def make_monitor(settings: Settings, backend_name: str) -> HealthMonitor | None:
 def serve(settings: Settings, load: Callable[[], tuple[Settings, Sequence[str]]]) -> int:
     """Discover, pick the health monitor, run the daemon until SIGTERM; `load` reads the settings anew."""
     log.info("gpu-device-plugin %s starting (discovery: %s)", __version__, settings.device_discovery_strategy)
+    if settings.allocation_api in ("dra", "both"):
+        # one API per GPU: the DRA driver publishes them (docs/dra.md), so nvidia.com/gpu is not registered
+        log.warning("--allocation-api is %s: this node's GPUs go to pods through the DRA driver "
+                    "(gpu-device-plugin dra); registering nothing as %s", settings.allocation_api,
+                    policy.resource_name(settings))
+        gc.freeze()
+        return Daemon(settings, [], None, reload_settings=lambda: load()[0]).run()
     choice = choose(settings)
     log.info("discovery: %s", choice.reason)
     gpus: list[Gpu] = []

@@ -1,0 +1,262 @@
+"""One run of the DRA driver: serve the DRA socket, then the registration socket the kubelet's plugin
+watcher finds, publish the node's ResourceSlices, follow GPU health, stop cleanly on SIGTERM.
+
+One thread runs this loop; each gRPC server and the publisher have their own, the health monitor
+reports from its own. The loop sleeps in select() on inotify (our two socket directories), a wake
+pipe (signals, health) and the next timer (rediscovery). A socket of ours that is deleted is served
+again at once (the kubelet's plugin watcher then registers us again). On SIGTERM both sockets are
+removed and the ResourceSlices stay: a restart publishes the same, and a driver that stays away is
+cleaned up by the kubelet, which wipes a driver's slices 30 s after it cannot reach it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import selectors
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..cdi.gpu_edits import GpuEdits, gpu_edits
+from ..cdi.toolkit_spec import ToolkitSpecs
+from ..config.settings import Settings
+from ..health.base import HealthMonitor
+from ..host import inotify
+from ..model import HEALTHY, Gpu, Health
+from ..observability import sdnotify
+from ..session import signals
+from . import attributes
+from .checkpoint import Checkpoint
+from .cluster import Cluster
+from .prepare import Preparer, run_command
+from .publisher import Publisher
+from .service import DeviceHealth, NodeService, Registration
+from .settings import DraSettings
+from .sockets import SocketServer
+
+log = logging.getLogger(__name__)
+
+REDISCOVER_S = 60.0  # a GPU that appears (a driver loaded late, a hot-plug) is published within this
+_DIR_EVENTS = inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_CREATE
+
+
+class DraDaemon:
+    def __init__(self, settings: Settings, dra: DraSettings, node: str, cluster: Cluster, gpus: Sequence[Gpu],
+                 make_monitor: Callable[[Sequence[Gpu]], HealthMonitor | None] = lambda gpus: None,
+                 rediscover: Callable[[], list[Gpu] | None] | None = None,
+                 run: Callable[[list[str]], str] = run_command, environ: Mapping[str, str] | None = None) -> None:
+        self.settings = settings
+        self.dra = dra
+        self.node = node
+        self.cluster = cluster
+        self.make_monitor = make_monitor
+        self.rediscover = rediscover
+        self._environ = dict(os.environ) if environ is None else dict(environ)
+        self._lock = threading.Lock()
+        self.gpus, left_out = attributes.publishable(list(gpus))
+        for line in left_out:
+            log.warning("%s", line)
+        self.health: dict[str, Health] = {g.id: HEALTHY for g in self.gpus}
+        self.device_health = DeviceHealth(node)
+        self.toolkit = ToolkitSpecs(settings.host_root)
+        self.checkpoint = Checkpoint(dra.checkpoint_dir, dra.driver_name, node)
+        self.preparer = Preparer(dra.driver_name, node, dra.cdi_dir, self.checkpoint, cluster.get_claim,
+                                 lambda: list(self.gpus), self._edits, run)
+        self.registration = Registration(dra.driver_name, dra.dra_socket)
+        self.node_service = NodeService(self.preparer, self.device_health)
+        self.dra_server = SocketServer(dra.dra_socket, self.node_service.methods())
+        self.registration_server = SocketServer(dra.registration_socket, self.registration.methods())
+        self.publisher = Publisher(cluster, self.slice_devices)
+        self.monitor: HealthMonitor | None = None
+        self.serving = threading.Event()
+        self._stop = threading.Event()
+        self._wake_lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._health_changed = False
+        self._discover_now = False
+
+    # ------------------------------------------------------------ what is offered
+
+    def slice_devices(self, taints_served: bool) -> list[dict[str, Any]]:
+        """The ResourceSlice devices now: every whole GPU, an unhealthy one tainted (or withdrawn when the
+        API server does not keep taints)."""
+        with self._lock:
+            gpus, health = list(self.gpus), dict(self.health)
+        out = []
+        for gpu in gpus:
+            state = health.get(gpu.id, HEALTHY)
+            if not state.healthy and not taints_served:
+                continue
+            out.append(attributes.device(gpu, self.dra.driver_name, state,
+                                         attributes.shares_allowed(gpu, self.dra.multiple_allocations),
+                                         self.dra.unhealthy_taint_effect))
+        return out
+
+    def _edits(self, gpus: Sequence[Gpu]) -> Mapping[str, GpuEdits | str]:
+        return gpu_edits(gpus, self.settings, self.toolkit.specs())
+
+    # ------------------------------------------------------------ control from other threads
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._wake_lock, contextlib.suppress(BlockingIOError):
+            if self._wake_w >= 0:
+                os.write(self._wake_w, b"x")
+
+    def request_discovery(self) -> None:
+        """SIGHUP: look for GPUs again now (a driver loaded, a GPU replaced)."""
+        self._discover_now = True
+        self._wake()
+
+    def report_health(self, gpu_id: str, health: Health) -> None:
+        """The health monitor's callback (its own thread)."""
+        with self._lock:
+            if gpu_id not in self.health or self.health[gpu_id] == health:
+                return
+            self.health[gpu_id] = health
+            self._health_changed = True
+        if health.healthy:
+            log.info("GPU %s is healthy again: its device taint goes", gpu_id)
+        else:
+            log.warning("GPU %s is unhealthy (%s): tainting its device", gpu_id, health.reason or "no reason given")
+        self._wake()
+
+    # ------------------------------------------------------------ run
+
+    def run(self) -> int:
+        try:
+            with signals.handled({signal.SIGTERM: self.stop, signal.SIGINT: self.stop,
+                                  signal.SIGHUP: self.request_discovery}):
+                return self._session()
+        finally:
+            with self._wake_lock:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
+
+    def _session(self) -> int:
+        watcher = inotify.Inotify()
+        selector = selectors.DefaultSelector()
+        try:
+            self.checkpoint.load()
+            self._sync_health()
+            try:
+                self.dra_server.start()  # serve first: the kubelet dials it as soon as it registers us
+                self.registration_server.start()
+                watcher.add_watch(self.dra.socket_dir, _DIR_EVENTS)
+                watcher.add_watch(self.dra.plugins_registry_dir, _DIR_EVENTS)
+            except OSError as exc:
+                log.error("%s", exc.strerror or exc)
+                return 2
+            self.serving.set()
+            log.info("serving DRA driver %s for node %s on %s (%d GPU(s)), registration socket %s",
+                     self.dra.driver_name, self.node, self.dra.dra_socket, len(self.gpus),
+                     self.dra.registration_socket)
+            self.publisher.start()
+            self._start_monitor()
+            sdnotify.notify(f"READY=1\nSTATUS=serving {len(self.gpus)} GPU(s) as {self.dra.driver_name}",
+                            self._environ)
+            selector.register(watcher.fileno(), selectors.EVENT_READ, "inotify")
+            selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+            self._loop(selector, watcher)
+            sdnotify.notify("STOPPING=1", self._environ)
+            log.info("stopping: removing %s and %s", self.dra.registration_socket, self.dra.dra_socket)
+            return 0
+        finally:
+            self.node_service.stopping = True
+            self.registration_server.stop()  # the plugin watcher deregisters us first
+            self.dra_server.stop()
+            self.publisher.stop()
+            if self.monitor is not None:
+                self.monitor.stop()
+            selector.close()
+            watcher.close()
+
+    def _loop(self, selector: selectors.BaseSelector, watcher: inotify.Inotify) -> None:
+        next_discovery = time.monotonic() + REDISCOVER_S
+        while not self._stop.is_set():
+            timeout = max(0.0, next_discovery - time.monotonic()) if self.rediscover else None
+            for key, _ in selector.select(timeout):
+                if key.data == "wake":
+                    _drain(self._wake_r)
+                else:
+                    self._on_socket_events(watcher.read_events())
+            if self._stop.is_set():
+                return
+            with self._lock:
+                changed, self._health_changed = self._health_changed, False
+            if changed:
+                self._sync_health()
+                self.publisher.request()
+            if self.rediscover and (self._discover_now or time.monotonic() >= next_discovery):
+                self._discover_now = False
+                next_discovery = time.monotonic() + REDISCOVER_S
+                self._rediscover()
+
+    def _on_socket_events(self, events: Sequence[inotify.Event]) -> None:
+        names = {os.path.basename(self.dra.dra_socket), os.path.basename(self.dra.registration_socket)}
+        if not any(e.mask & inotify.IN_Q_OVERFLOW or e.name in names for e in events):
+            return
+        for server in (self.dra_server, self.registration_server):  # the DRA socket before its registration
+            if not server.owns_socket():
+                log.info("our socket %s was removed: serving it again", server.path)
+                try:
+                    server.start()
+                except OSError as exc:
+                    log.error("%s", exc.strerror or exc)
+                if server is self.dra_server:
+                    self.registration_server.start()  # a fresh registration dials the fresh socket
+
+    # ------------------------------------------------------------ health and devices
+
+    def _sync_health(self) -> None:
+        with self._lock:
+            states = {attributes.device_name(g): self.health.get(g.id, HEALTHY) for g in self.gpus}
+        if self.device_health.set(states):
+            self.dra_server.wake()  # the health streams send the new snapshot
+
+    def _start_monitor(self) -> None:
+        if not self.gpus:
+            return
+        self.monitor = self.make_monitor(self.gpus)
+        if self.monitor is not None:
+            try:
+                self.monitor.start(self.gpus, self.report_health)
+            except OSError as exc:
+                log.error("cannot start health monitoring (%s): GPUs are published as healthy", exc)
+                self.monitor = None
+
+    def _rediscover(self) -> None:
+        assert self.rediscover is not None
+        found = self.rediscover()
+        if found is None:
+            return
+        gpus, left_out = attributes.publishable(found)
+        if [g.id for g in gpus] == [g.id for g in self.gpus] and gpus == self.gpus:
+            return
+        log.info("the GPUs changed: %s -> %s", ", ".join(g.id for g in self.gpus) or "none",
+                 ", ".join(g.id for g in gpus) or "none")
+        for line in left_out:
+            log.warning("%s", line)
+        if self.monitor is not None:
+            self.monitor.stop()
+            self.monitor = None
+        with self._lock:
+            self.gpus = gpus
+            self.health = {g.id: self.health.get(g.id, HEALTHY) for g in gpus}
+        self._sync_health()
+        self._start_monitor()
+        self.publisher.request()
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 4096):
+            pass
