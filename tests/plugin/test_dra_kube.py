@@ -1,0 +1,210 @@
+"""The driver's own Kubernetes client: kubeconfigs as k3s writes them (a client certificate the CA
+signed, by file or inline) or with a bearer token, TLS verified against the cluster's CA, errors
+with the status and the fix, watches; the driver's flags and how it finds its node name."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+from fake_apiserver import FakeApiServer
+from gpu_device_plugin.cli import dra as dra_cli
+from gpu_device_plugin.config.settings import ConfigError
+from gpu_device_plugin.dra import options
+from gpu_device_plugin.dra.cluster import Cluster
+from gpu_device_plugin.dra.kube import ApiError, KubeClient, KubeconfigError, load_kubeconfig, parse_kubeconfig
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_ca(directory: Path, subject: str) -> None:
+    # the extensions a CA needs under Python 3.13's strict verification (k3s's CAs, made by Go, have them)
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
+            "-out", "ca.crt", "-days", "2", "-subj", subject, "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-addext", "subjectKeyIdentifier=hash", cwd=directory)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a kubelet-like client certificate (system:node:node-a)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make test certificates")
+    d = tmp_path_factory.mktemp("pki")
+    make_ca(d, "/CN=k3s-server-ca")
+    leaf = "keyUsage=critical,digitalSignature\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+    for name, subject, ext in (("server", "/CN=k3s", leaf + "subjectAltName=IP:127.0.0.1"),
+                               ("client", "/O=system:nodes/CN=system:node:node-a",
+                                leaf + "extendedKeyUsage=clientAuth")):
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", f"{name}.key",
+                "-out", f"{name}.csr", "-subj", subject, cwd=d)
+        (d / f"{name}.ext").write_text(ext + "\n")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
+    return d
+
+
+def tls_server(pki: Path) -> FakeApiServer:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki / "server.crt", pki / "server.key")
+    context.load_verify_locations(pki / "ca.crt")
+    context.verify_mode = ssl.CERT_REQUIRED  # as the API server with --client-ca-file: a certificate or no TLS
+    return FakeApiServer(tls=context, token="")
+
+
+def test_a_k3s_style_kubeconfig_with_certificate_files_relative_to_it_talks_tls(pki: Path, tmp_path: Path) -> None:
+    with tls_server(pki) as api:
+        for name in ("ca.crt", "client.crt", "client.key"):
+            shutil.copy(pki / name, tmp_path / name)
+        path = api.kubeconfig(str(tmp_path / "kubelet.kubeconfig"),
+                              extra_user={"client-certificate": "client.crt", "client-key": "client.key"},
+                              extra_cluster={"certificate-authority": "ca.crt"})
+        client = KubeClient(load_kubeconfig(path))
+        assert Cluster(client, "node-a", "d.example.com").list_slices() == ([], "100")
+
+
+def test_inline_certificate_data_works_too(pki: Path, tmp_path: Path) -> None:
+    def data(name: str) -> str:
+        return base64.b64encode((pki / name).read_bytes()).decode()
+
+    with tls_server(pki) as api:
+        path = api.kubeconfig(str(tmp_path / "kc"),
+                              extra_user={"client-certificate-data": data("client.crt"),
+                                          "client-key-data": data("client.key")},
+                              extra_cluster={"certificate-authority-data": data("ca.crt")})
+        client = KubeClient(load_kubeconfig(path))
+        with pytest.raises(ApiError) as missing:
+            client.request("GET", "/api/v1/nodes/nowhere")
+        assert missing.value.status == 404 and "node not found" in str(missing.value)
+
+
+def test_a_server_whose_certificate_the_ca_did_not_sign_is_refused(pki: Path, tmp_path: Path) -> None:
+    with tls_server(pki) as api:
+        other_ca = tmp_path / "other"
+        other_ca.mkdir()
+        make_ca(other_ca, "/CN=someone-else")
+        path = api.kubeconfig(str(tmp_path / "kc"),
+                              extra_user={"client-certificate": str(pki / "client.crt"),
+                                          "client-key": str(pki / "client.key")},
+                              extra_cluster={"certificate-authority": str(other_ca / "ca.crt")})
+        with pytest.raises(ApiError) as refused:
+            KubeClient(load_kubeconfig(path)).request("GET", "/api/v1/nodes/x")
+        assert refused.value.status == 0 and "certificate verify failed" in str(refused.value)
+
+
+def test_a_token_file_is_read_at_each_call_and_a_wrong_token_is_a_401(tmp_path: Path) -> None:
+    with FakeApiServer(token="first") as api:
+        token = tmp_path / "token"
+        token.write_text("first\n")
+        client = KubeClient(load_kubeconfig(api.kubeconfig(str(tmp_path / "kc"), extra_user={"tokenFile": "token"})))
+        assert client.request("GET", "/apis/resource.k8s.io/v1/resourceslices",
+                              query={"fieldSelector": "spec.nodeName=node-a"})["items"] == []
+        api.token = "second"  # rotated on the server and then in the file
+        with pytest.raises(ApiError) as unauthorized:
+            client.request("GET", "/apis/resource.k8s.io/v1/resourceslices",
+                           query={"fieldSelector": "spec.nodeName=node-a"})
+        assert unauthorized.value.status == 401
+        token.write_text("second\n")
+        assert client.request("GET", "/apis/resource.k8s.io/v1/resourceslices",
+                              query={"fieldSelector": "spec.nodeName=node-a"})["items"] == []
+
+
+def test_a_connection_the_server_dropped_is_made_again(tmp_path: Path) -> None:
+    with FakeApiServer() as api:
+        client = KubeClient(load_kubeconfig(api.kubeconfig(str(tmp_path / "kc"))))
+        api.add_node("node-a")
+        assert client.request("GET", "/api/v1/nodes/node-a")["metadata"]["uid"] == "uid-node-a"
+        assert client._connection is not None
+        client._connection.sock.close()  # as a server closing an idle kept-alive connection
+        assert client.request("GET", "/api/v1/nodes/node-a")["metadata"]["uid"] == "uid-node-a"
+
+
+def test_unreachable_is_status_zero_naming_the_server(tmp_path: Path) -> None:
+    with FakeApiServer() as api:
+        path = api.kubeconfig(str(tmp_path / "kc"))
+    with pytest.raises(ApiError) as down:
+        KubeClient(load_kubeconfig(path), timeout=2).request("GET", "/api/v1/nodes/x")
+    assert down.value.status == 0 and "127.0.0.1" in str(down.value)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{", "not valid YAML"),
+    ("apiVersion: v1\nkind: Config\n", "no current-context"),
+    ("current-context: a\ncontexts: [{name: a, context: {cluster: c, user: u}}]\nclusters: []\n", "no cluster named"),
+    ("current-context: a\ncontexts: [{name: a, context: {cluster: c}}]\n"
+     "clusters: [{name: c, cluster: {server: 'ftp://x'}}]\n", "must be an https:// URL"),
+    ("current-context: a\ncontexts: [{name: a, context: {cluster: c, user: u}}]\n"
+     "clusters: [{name: c, cluster: {server: 'https://x'}}]\n"
+     "users: [{name: u, user: {client-key-data: '***'}}]\n", "client-key-data is not base64"),
+])
+def test_a_kubeconfig_that_cannot_work_names_the_field(text: str, message: str) -> None:
+    with pytest.raises(KubeconfigError, match="/etc/kc") as bad:
+        parse_kubeconfig(text, "/etc/kc")
+    assert message in str(bad.value)
+
+
+def test_a_missing_kubeconfig_says_where_k3s_keeps_the_nodes_own(tmp_path: Path) -> None:
+    with pytest.raises(KubeconfigError, match="kubelet.kubeconfig"):
+        load_kubeconfig(str(tmp_path / "absent"))
+
+
+def test_a_watch_streams_events_until_closed(tmp_path: Path) -> None:
+    with FakeApiServer() as api:
+        client = KubeClient(load_kubeconfig(api.kubeconfig(str(tmp_path / "kc"))))
+        cluster = Cluster(client, "node-a", "d.example.com")
+        _, version = cluster.list_slices()
+        watch = cluster.watch_slices(version)
+        cluster.create_slice({"metadata": {"generateName": "s-"}, "spec": {
+            "driver": "d.example.com", "nodeName": "node-a", "pool": {"name": "node-a"}, "devices": []}})
+        cluster.create_slice({"metadata": {"generateName": "s-"}, "spec": {  # another driver's: not ours to see
+            "driver": "other.example.com", "nodeName": "node-a", "pool": {"name": "node-a"}, "devices": []}})
+        events = iter(watch)
+        kind, obj = next(events)
+        assert (kind, obj["spec"]["driver"]) == ("ADDED", "d.example.com")
+        watch.close()
+        assert list(events) == []
+
+
+# ---------------------------------------------------------------- flags and the node's name
+
+
+def namespace(**flags: str) -> argparse.Namespace:
+    return argparse.Namespace(**{o.attr: flags.get(o.attr) for o in options.OPTIONS})
+
+
+def test_flags_beat_the_environment_and_defaults_follow_the_driver_name() -> None:
+    settings = options.parse(namespace(driver_name="gpu.example.org"),
+                             {"NODE_NAME": "orin-1", "DRA_CDI_DIR": "/etc/cdi"})
+    assert (settings.driver_name, settings.node_name, settings.cdi_dir) == ("gpu.example.org", "orin-1", "/etc/cdi")
+    assert settings.dra_socket == "/var/lib/kubelet/plugins/gpu.example.org/dra.sock"
+    assert settings.registration_socket == "/var/lib/kubelet/plugins_registry/gpu.example.org-reg.sock"
+    assert settings.checkpoint_dir == "/var/lib/kubelet/plugins/gpu.example.org"
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ({"driver_name": "gpu.nvidia.com"}, "--driver-name gpu.nvidia.com is NVIDIA's DRA driver's name"),
+    ({"driver_name": "GPU"}, "--driver-name must be a lowercase DNS subdomain"),
+    ({"cdi_dir": "cdi"}, "--cdi-dir must be an absolute path"),
+    ({"multiple_allocations": "maybe"}, "--multiple-allocations must be one of auto, on, off"),
+    ({"node_name": "Node_A"}, "--node-name must be a Kubernetes node name"),
+])
+def test_a_bad_flag_is_refused_naming_it(flags: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        options.parse(namespace(**flags), {})
+
+
+def test_the_node_name_comes_from_the_nodes_own_identity_once_the_server_answers(tmp_path: Path) -> None:
+    with FakeApiServer(user="system:node:orin-7") as api:
+        client = KubeClient(load_kubeconfig(api.kubeconfig(str(tmp_path / "kc"))))
+        api.fail_next(503, 503)  # a server still starting
+        assert dra_cli.resolve_node(client, "") == "orin-7"
+        assert dra_cli.resolve_node(client, "given") == "given"
+        api.user = "system:serviceaccount:kube-system:gpu"
+        with pytest.raises(ConfigError, match="pass --node-name"):
+            dra_cli.resolve_node(client, "")
