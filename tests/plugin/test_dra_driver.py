@@ -22,6 +22,7 @@ from dra_helpers import (
     result,
 )
 from gpu_device_plugin.api import dra
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.model import Health
 
 
@@ -208,3 +209,11 @@ def test_a_bad_request_gets_a_grpc_error_not_a_crash() -> None:
             assert kubelet.get_info().name == DRIVER  # still serving
         finally:
             kubelet.close()
+
+
+@pytest.mark.parametrize(("api_choice", "mapped"), [("dra", False), ("both", True)])
+def test_only_a_node_that_chose_both_offers_its_gpus_to_nvidia_com_gpu_requests(api_choice: str, mapped: bool) -> None:
+    settings = Settings(device_discovery_strategy="simulated", simulated_gpus=2, allocation_api=api_choice)
+    with driver_env() as (api, dirs), RunningDriver(make_driver(api, dirs, settings=settings)):
+        api.wait_for(lambda a: set(a.devices()) == {"gpu-0", "gpu-1"})
+        assert {d["attributes"]["extendedResource"]["bool"] for d in api.devices().values()} == {mapped}

@@ -35,7 +35,8 @@ def test_orin_is_an_integrated_ampere_with_its_chip_and_l4t_release_and_shares_i
     device = published(tegra("jetson-agx-orin-r36"))
     assert device["name"] == "gpu-0"
     assert values(device) == {
-        "type": "gpu", "index": 0, "productName": "Orin (T234)", "integrated": True, "architecture": "Ampere",
+        "type": "gpu", "index": 0, "productName": "Orin (T234)", "integrated": True, "extendedResource": False,
+        "architecture": "Ampere",
         "cudaComputeCapability": "8.7.0", "chip": "T234", "model": "NVIDIA Jetson AGX Orin Developer Kit",
         "l4tRelease": "36.5.0"}
     assert device["attributes"]["cudaComputeCapability"] == {"version": "8.7.0"}
@@ -70,7 +71,7 @@ def test_an_nvml_gpu_is_named_as_nvidias_dra_driver_names_it() -> None:
     device = published(gpus[1])
     assert device["name"] == "gpu-1"
     assert values(device) == {
-        "type": "gpu", "index": 1, "productName": "NVIDIA A100-SXM4-40GB", "integrated": False,
+        "type": "gpu", "index": 1, "productName": "NVIDIA A100-SXM4-40GB", "integrated": False, "extendedResource": False,
         "uuid": gpus[1].id, "brand": "Tesla", "architecture": "Ampere", "cudaComputeCapability": "8.0.0",
         "driverVersion": "580.105.8", "cudaDriverVersion": "13.0.0",
         attributes.PCI_BUS_ID: "0000:3c:00.0", attributes.NUMA_NODE: 1}

@@ -24,6 +24,7 @@ from ..dra.cluster import Cluster, identity, node_of
 from ..dra.daemon import DraDaemon
 from ..dra.kube import ApiError, KubeClient, KubeconfigError, load_kubeconfig
 from ..model import Gpu
+from ..observability import sdnotify
 from .serve import make_monitor
 
 log = logging.getLogger("gpu_device_plugin")
@@ -87,6 +88,8 @@ def run(settings: Settings, namespace: argparse.Namespace, environ: Mapping[str,
         log.warning("--allocation-api is device-plugin: this node's GPUs go to pods through the device plugin "
                     "(nvidia.com/gpu); the DRA driver publishes nothing. Set allocationApi: dra or both in the "
                     "config file to use it")
+        # a Type=notify unit that exits before READY=1 would count as failed
+        sdnotify.notify("READY=1\nSTATUS=not publishing: the device plugin serves this node's GPUs", dict(environ))
         return 0
     backend, gpus, why = discover(settings)
     if not gpus:

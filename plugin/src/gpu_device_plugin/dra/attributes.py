@@ -7,8 +7,9 @@ Attribute names are those NVIDIA's DRA driver publishes where they mean the same
 value spellings (go-nvlib's brand and architecture names; versions as semver with leading zeros
 dropped), so `device.attributes["gpu.meta-gpu-k8s.io"].cudaComputeCapability >= semver("8.7")`
 reads as it would for theirs. Ours besides: `index` (the discovery index), `integrated` (a Jetson's
-iGPU shares the CPU's memory), and on a Jetson `chip` (T210, T234, T264), `l4tRelease` (version)
-and `model` (the board). An attribute whose value we do not know is left out, not guessed: a CEL
+iGPU shares the CPU's memory), `extendedResource` (true where the node's allocation API is `both`:
+the DeviceClass mapping `nvidia.com/gpu` onto DRA selects these), and on a Jetson `chip` (T210, T234,
+T264), `l4tRelease` (version) and `model` (the board). An attribute whose value we do not know is left out, not guessed: a CEL
 selector on it then matches no device of ours rather than a wrong one.
 
 Capacity `memory` is the memory the GPU can address: a dGPU's own; on a Jetson the system's RAM,
@@ -78,7 +79,7 @@ def label_value(text: str) -> str:
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
 
 
-def attributes(gpu: Gpu) -> dict[str, dict[str, Any]]:
+def attributes(gpu: Gpu, extended_resource: bool = False) -> dict[str, dict[str, Any]]:
     props = gpu.properties
     integrated = gpu.backend == "tegra"
     out: dict[str, dict[str, Any]] = {
@@ -86,6 +87,7 @@ def attributes(gpu: Gpu) -> dict[str, dict[str, Any]]:
         "index": {"int": gpu.index},
         "productName": {"string": gpu.name},
         "integrated": {"bool": integrated},
+        "extendedResource": {"bool": extended_resource},
     }
     uuid = gpu.id if gpu.backend == "nvml" else props.get("uuid", "")
     strings = {"uuid": uuid, "brand": BRANDS.get(props.get("brand", ""), ""),
@@ -110,12 +112,13 @@ def shares_allowed(gpu: Gpu, mode: str) -> bool:
     return mode == "on" or (mode == "auto" and gpu.backend == "tegra")
 
 
-def device(gpu: Gpu, driver: str, health: Health, shares: bool, taint_effect: str) -> dict[str, Any]:
+def device(gpu: Gpu, driver: str, health: Health, shares: bool, taint_effect: str,
+           extended_resource: bool = False) -> dict[str, Any]:
     """The ResourceSlice device for `gpu`. An unhealthy GPU carries the taint `<driver>/unhealthy`
     (value: why, as a label value); with `shares`, several claims can be given the GPU, each taking
     a part of its memory capacity (DRAConsumableCapacity): a claim that asks for no amount takes all
     of it, so a plain claim still has the GPU to itself."""
-    out: dict[str, Any] = {"name": device_name(gpu), "attributes": attributes(gpu)}
+    out: dict[str, Any] = {"name": device_name(gpu), "attributes": attributes(gpu, extended_resource)}
     if gpu.memory_mib:
         memory: dict[str, Any] = {"value": mebibytes(gpu.memory_mib)}
         if shares:

@@ -93,7 +93,7 @@ class DraDaemon:
                 continue
             out.append(attributes.device(gpu, self.dra.driver_name, state,
                                          attributes.shares_allowed(gpu, self.dra.multiple_allocations),
-                                         self.dra.unhealthy_taint_effect))
+                                         self.dra.unhealthy_taint_effect, self.settings.allocation_api == "both"))
         return out
 
     def _edits(self, gpus: Sequence[Gpu]) -> Mapping[str, GpuEdits | str]:
