@@ -71,7 +71,8 @@ def test_an_nvml_gpu_is_named_as_nvidias_dra_driver_names_it() -> None:
     device = published(gpus[1])
     assert device["name"] == "gpu-1"
     assert values(device) == {
-        "type": "gpu", "index": 1, "productName": "NVIDIA A100-SXM4-40GB", "integrated": False, "extendedResource": False,
+        "type": "gpu", "index": 1, "productName": "NVIDIA A100-SXM4-40GB", "integrated": False,
+        "extendedResource": False,
         "uuid": gpus[1].id, "brand": "Tesla", "architecture": "Ampere", "cudaComputeCapability": "8.0.0",
         "driverVersion": "580.105.8", "cudaDriverVersion": "13.0.0",
         attributes.PCI_BUS_ID: "0000:3c:00.0", attributes.NUMA_NODE: 1}

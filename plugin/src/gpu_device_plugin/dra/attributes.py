@@ -9,8 +9,8 @@ dropped), so `device.attributes["gpu.meta-gpu-k8s.io"].cudaComputeCapability >= 
 reads as it would for theirs. Ours besides: `index` (the discovery index), `integrated` (a Jetson's
 iGPU shares the CPU's memory), `extendedResource` (true where the node's allocation API is `both`:
 the DeviceClass mapping `nvidia.com/gpu` onto DRA selects these), and on a Jetson `chip` (T210, T234,
-T264), `l4tRelease` (version) and `model` (the board). An attribute whose value we do not know is left out, not guessed: a CEL
-selector on it then matches no device of ours rather than a wrong one.
+T264), `l4tRelease` (version) and `model` (the board). An attribute whose value we do not know is
+left out, not guessed: a CEL selector on it then matches no device of ours rather than a wrong one.
 
 Capacity `memory` is the memory the GPU can address: a dGPU's own; on a Jetson the system's RAM,
 shared with the CPU and every process on the board, so it is a budget the scheduler divides
