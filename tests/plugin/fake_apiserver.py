@@ -132,6 +132,7 @@ class FakeApiServer:
 
     def _admit_slice(self, obj: dict[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(obj)
+        obj.update(apiVersion="resource.k8s.io/v1", kind="ResourceSlice")  # as the real one answers typed clients
         for device in obj.get("spec", {}).get("devices") or []:
             if not self.gates["DRADeviceTaints"]:
                 device.pop("taints", None)
@@ -161,7 +162,8 @@ class FakeApiServer:
             if selected is None:
                 return 403, {"kind": "Status",
                              "message": "can only list/watch resourceslices with nodeName field selector"}
-            return 200, {"kind": "ResourceSliceList", "metadata": {"resourceVersion": str(next(self._version))},
+            return 200, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList",
+                         "metadata": {"resourceVersion": str(next(self._version))},
                          "items": [copy.deepcopy(s) for s in self.slices.values() if selected(s)]}
         if path == SLICES and method == "POST":
             node = self._node()
@@ -213,6 +215,17 @@ class FakeApiServer:
         events: queue.Queue[tuple[int, str, dict[str, Any]] | None] = queue.Queue()
         since = int(query.get("resourceVersion") or 0)
         with self._cond:
+            if query.get("sendInitialEvents") == "true":
+                # client-go's watch-list (WatchListClient, on by default from 1.35): the objects as ADDED
+                # events, then a bookmark that says the initial list is over
+                version = next(self._version)
+                for obj in self.slices.values():
+                    events.put((version, "ADDED", copy.deepcopy(obj)))
+                events.put((version, "BOOKMARK", {
+                    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                    "metadata": {"resourceVersion": str(version),
+                                 "annotations": {"k8s.io/initial-events-end": "true"}}}))
+                since = version
             for event in self._events:
                 if event[0] > since:
                     events.put(event)
@@ -227,6 +240,7 @@ class FakeApiServer:
 def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go in two writes: no 40 ms delayed-ACK stall
 
         def log_message(self, *args: object) -> None:
             pass
@@ -278,7 +292,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                         if event is None:
                             break
                         _, kind, obj = event
-                        if not selected(obj):
+                        if kind != "BOOKMARK" and not selected(obj):
                             continue
                         line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
                         self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")

@@ -208,3 +208,19 @@ def test_the_node_name_comes_from_the_nodes_own_identity_once_the_server_answers
         api.user = "system:serviceaccount:kube-system:gpu"
         with pytest.raises(ConfigError, match="pass --node-name"):
             dra_cli.resolve_node(client, "")
+
+
+def test_a_kubeconfig_naming_its_key_by_file_is_kept_parsed_and_one_with_a_token_never(tmp_path: Path) -> None:
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    by_file = ("current-context: a\ncontexts: [{name: a, context: {cluster: c, user: u}}]\n"
+               "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6444', certificate-authority: ca.crt}}]\n"
+               "users: [{name: u, user: {client-certificate: c.crt, client-key: c.key}}]\n")
+    config = parse_kubeconfig(by_file, "/var/lib/rancher/k3s/agent/kubelet.kubeconfig", str(cache_dir))
+    assert config.key_file == "/var/lib/rancher/k3s/agent/c.key"
+    assert (cache_dir / "kubeconfig.json").exists()  # the next start needs no PyYAML for it
+    assert parse_kubeconfig(by_file, "/var/lib/rancher/k3s/agent/kubelet.kubeconfig", str(cache_dir)) == config
+    (cache_dir / "kubeconfig.json").unlink()
+    with_token = by_file.replace("client-certificate: c.crt, client-key: c.key", "token: s3cret")
+    assert parse_kubeconfig(with_token, "/etc/kc", str(cache_dir)).token == "s3cret"
+    assert not (cache_dir / "kubeconfig.json").exists(), "a secret must never land in the cache directory"

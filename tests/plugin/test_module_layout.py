@@ -45,8 +45,8 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
                           "health.base", "host", "observability", "service", "metrics.telemetry"}),
     # the DRA driver: the same GPUs (discovery's values, health's contract, CDI's edits) on the kubelet's
     # DRA API and the API server; of the device plugin's session only the signal handling
-    "dra": frozenset({"model", "api", "config.settings", "cdi", "health.base", "host", "observability.sdnotify",
-                      "session.signals"}),
+    "dra": frozenset({"model", "api", "config.settings", "config.cache", "cdi", "health.base", "host",
+                      "observability.sdnotify", "session.signals"}),
     "cli": frozenset({"__init__", "model", "config", "core", "discovery", "health", "observability", "session",
                       "doctor", "metrics", "dra"}),
     "__main__": frozenset({"cli"}),

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from .. import __version__
+from ..config import cache
 from ..config.settings import ConfigError, Settings
 from ..discovery.base import DiscoveryError
 from ..discovery.select import choose
@@ -101,7 +102,7 @@ def run(settings: Settings, namespace: argparse.Namespace, environ: Mapping[str,
     for gpu in gpus:
         log.info("discovered GPU %d: %s (%s)", gpu.index, gpu.name, gpu.id)
     try:
-        client = KubeClient(load_kubeconfig(dra.kubeconfig), dra.api_timeout)
+        client = KubeClient(load_kubeconfig(dra.kubeconfig, cache.cache_dir(environ)), dra.api_timeout)
         node = resolve_node(client, dra.node_name)
     except (KubeconfigError, ConfigError) as exc:
         log.error("%s", exc)

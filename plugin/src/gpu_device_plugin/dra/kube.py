@@ -15,11 +15,12 @@ import json
 import os
 import socket
 import ssl
-import tempfile
 import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
+
+from ..config import cache
 
 
 class KubeconfigError(ValueError):
@@ -57,14 +58,30 @@ def _named(items: Any, name: str, kind: str, path: str) -> dict[str, Any]:
     raise KubeconfigError(f"{path}: no {kind} named {name!r} (current-context names it): fix the kubeconfig")
 
 
-def parse_kubeconfig(text: str, path: str) -> Kubeconfig:
-    """The current context of a kubeconfig document. Relative file paths are taken from the file's directory."""
-    import yaml
+SECRET_FIELDS = ("token", "client-key-data", "password", "auth-provider", "exec")
+
+
+def _without_secrets(doc: Any) -> bool:
+    """A kubeconfig that names its key and CA by file (k3s's kubelet.kubeconfig) may be kept parsed in
+    the cache directory; one with a key, token or password inline never is."""
+    users = doc.get("users") if isinstance(doc, dict) else None
+    return isinstance(users, list) and all(
+        isinstance(u, dict) and not set(u.get("user") or {}) & set(SECRET_FIELDS) for u in users)
+
+
+def _yaml(text: str, path: str) -> Any:
+    import yaml  # ~15 ms of the start: skipped when the cache holds this exact text
 
     try:
-        doc = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise KubeconfigError(f"{path} is not valid YAML ({str(exc).splitlines()[0]})") from None
+
+
+def parse_kubeconfig(text: str, path: str, cache_dir: str = "") -> Kubeconfig:
+    """The current context of a kubeconfig document. Relative file paths are taken from the file's directory.
+    `cache_dir`: where a secret-free document may be kept parsed (config.cache)."""
+    doc = cache.document(text, lambda t: _yaml(t, path), cache_dir, "kubeconfig.json", _without_secrets)
     if not isinstance(doc, dict):
         raise KubeconfigError(f"{path} is not a kubeconfig (no mapping at the top)")
     current = doc.get("current-context")
@@ -97,7 +114,7 @@ def parse_kubeconfig(text: str, path: str) -> Kubeconfig:
                       insecure=bool(cluster.get("insecure-skip-tls-verify")))
 
 
-def load_kubeconfig(path: str) -> Kubeconfig:
+def load_kubeconfig(path: str, cache_dir: str = "") -> Kubeconfig:
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -105,7 +122,7 @@ def load_kubeconfig(path: str) -> Kubeconfig:
         raise KubeconfigError(f"cannot read the kubeconfig {path} ({exc.strerror}): on k3s it is the kubelet's "
                               "own (/var/lib/rancher/k3s/agent/kubelet.kubeconfig, written when the node joins); "
                               "point --kubeconfig at one, and run as root to read it") from None
-    return parse_kubeconfig(text, path)
+    return parse_kubeconfig(text, path, cache_dir)
 
 
 def _ssl_context(config: Kubeconfig) -> ssl.SSLContext:
@@ -115,6 +132,8 @@ def _ssl_context(config: Kubeconfig) -> ssl.SSLContext:
         context.verify_mode = ssl.CERT_NONE
     if config.cert_file or config.cert_data:
         if config.cert_data or config.key_data:
+            import tempfile  # only for inline data: it loads random, shutil and more
+
             # ssl loads a certificate only from files: a private directory, removed once loaded
             with tempfile.TemporaryDirectory(prefix="gpu-dra-") as private:
                 cert, key = os.path.join(private, "cert.pem"), os.path.join(private, "key.pem")

@@ -12,7 +12,6 @@ CDI device named here. One claim's failure is that claim's error, never the othe
 from __future__ import annotations
 
 import logging
-import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -50,6 +49,8 @@ class Outcome(NamedTuple):
 
 def run_command(argv: list[str]) -> str:
     """Run a node command (nvidia-smi); its error output, or "" when it succeeded."""
+    import subprocess  # only for time-slicing settings on a dGPU
+
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -41,6 +41,7 @@ class Publisher:
         self.last_error = ""
         self.writes = 0
         self._echoes: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+        self._deleted: set[str] = set()  # slices we deleted ourselves: their DELETED events are no news
         self._written_versions: dict[str, None] = {}  # ordered: the oldest go first
         self._owner: dict[str, str] | None = None
         self._owner_known = False
@@ -109,6 +110,7 @@ class Publisher:
                 self.taints_served = False
                 self._dirty = True
         for name in plan.deletes:
+            self._deleted.add(name)
             self.cluster.delete_slice(name)
             self._echoes.pop(name, None)
         if plan.writes or plan.deletes:
@@ -178,10 +180,13 @@ class Publisher:
                         self._resource_version = ""
                         break
                     self._resource_version = str(meta.get("resourceVersion", version))
-                    if kind in ("MODIFIED", "DELETED", "ADDED") and \
+                    if kind == "DELETED" and meta.get("name") not in self._deleted:
+                        log.info("our ResourceSlice %s was deleted by someone else: publishing again", meta.get("name"))
+                        self.request()
+                    elif kind in ("ADDED", "MODIFIED") and \
                             str(meta.get("resourceVersion")) not in self._written_versions:
-                        log.info("our ResourceSlice %s was %s by someone else: publishing again",
-                                 meta.get("name"), "deleted" if kind == "DELETED" else kind.lower())
+                        # someone else's write, or our own whose answer has not arrived yet: a reconcile tells
+                        log.debug("our ResourceSlice %s was %s: checking it", meta.get("name"), kind.lower())
                         self.request()
             except (ApiError, OSError, ValueError) as exc:
                 if self._stopping:
