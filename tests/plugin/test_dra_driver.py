@@ -23,6 +23,7 @@ from dra_helpers import (
 )
 from gpu_device_plugin.api import dra
 from gpu_device_plugin.config.settings import Settings
+from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from gpu_device_plugin.model import Health
 
 
@@ -217,3 +218,20 @@ def test_only_a_node_that_chose_both_offers_its_gpus_to_nvidia_com_gpu_requests(
     with driver_env() as (api, dirs), RunningDriver(make_driver(api, dirs, settings=settings)):
         api.wait_for(lambda a: set(a.devices()) == {"gpu-0", "gpu-1"})
         assert {d["attributes"]["extendedResource"]["bool"] for d in api.devices().values()} == {mapped}
+
+
+def test_a_gpu_that_appears_or_goes_changes_the_pool_and_its_generation() -> None:
+    found = [SimulatedBackend(1).discover()]
+    with driver_env() as (api, dirs):
+        daemon = make_driver(api, dirs, SimulatedBackend(1).discover())
+        daemon.rediscover = lambda: found[0]
+        with RunningDriver(daemon) as running:
+            api.wait_for(lambda a: set(a.devices()) == {"gpu-0"})
+            generation = api.slice_list()[0]["spec"]["pool"]["generation"]
+            found[0] = SimulatedBackend(3).discover()  # a driver loaded late, a GPU hot-plugged
+            running.daemon.request_discovery()  # what SIGHUP and the minute's timer do
+            api.wait_for(lambda a: set(a.devices()) == {"gpu-0", "gpu-1", "gpu-2"})
+            assert api.slice_list()[0]["spec"]["pool"]["generation"] == generation + 1
+            found[0] = SimulatedBackend(2).discover()
+            running.daemon.request_discovery()
+            api.wait_for(lambda a: set(a.devices()) == {"gpu-0", "gpu-1"})

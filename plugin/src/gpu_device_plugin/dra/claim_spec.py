@@ -74,8 +74,13 @@ def build(driver: str, uid: str, devices: Mapping[str, GpuEdits]) -> dict[str, A
 
 def write(spec: Mapping[str, Any], cdi_dir: str, driver: str, uid: str) -> str:
     """Atomically (temporary file, fsync, rename): a runtime never reads half a spec."""
-    return cdi_spec.write_spec_file(spec, path(cdi_dir, driver, uid))
+    return cdi_spec.write_spec_file(spec, path(cdi_dir, driver, uid), clean_stale=False)
 
 
 def remove(cdi_dir: str, driver: str, uid: str) -> bool:
-    return cdi_spec.remove_spec_file(path(cdi_dir, driver, uid))
+    return cdi_spec.remove_spec_file(path(cdi_dir, driver, uid), clean_stale=False)
+
+
+def remove_stale_temps(cdi_dir: str, driver: str) -> None:
+    """Once at start: temporary files a killed driver left (not per write: a node may hold many claims)."""
+    cdi_spec.remove_stale_temps(cdi_dir, f".{vendor(driver)}-{CDI_CLASS}_*")

@@ -29,7 +29,7 @@ from ..host import inotify
 from ..model import HEALTHY, Gpu, Health
 from ..observability import sdnotify
 from ..session import signals
-from . import attributes
+from . import attributes, claim_spec
 from .checkpoint import Checkpoint
 from .cluster import Cluster
 from .prepare import Preparer, run_command
@@ -78,6 +78,8 @@ class DraDaemon:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._health_changed = False
         self._discover_now = False
+        # (the toolkit's specs it was made from, the GPU IDs, each GPU's edits)
+        self._edits_cache: tuple[Any, tuple[str, ...], Mapping[str, GpuEdits | str]] | None = None
 
     # ------------------------------------------------------------ what is offered
 
@@ -97,7 +99,15 @@ class DraDaemon:
         return out
 
     def _edits(self, gpus: Sequence[Gpu]) -> Mapping[str, GpuEdits | str]:
-        return gpu_edits(gpus, self.settings, self.toolkit.specs())
+        """Each GPU's CDI edits, worked out again only when the toolkit's specs change (a regenerated spec
+        is read at the next prepare) or the GPUs do: a Jetson's come from hundreds of CSV lines."""
+        specs = self.toolkit.specs()  # the same list until a spec file changes
+        ids = tuple(g.id for g in gpus)
+        with self._lock:
+            cached = self._edits_cache
+            if cached is None or cached[0] is not specs or cached[1] != ids:
+                cached = self._edits_cache = (specs, ids, gpu_edits(gpus, self.settings, specs))
+            return cached[2]
 
     # ------------------------------------------------------------ control from other threads
 
@@ -146,6 +156,7 @@ class DraDaemon:
         selector = selectors.DefaultSelector()
         try:
             self.checkpoint.load()
+            claim_spec.remove_stale_temps(self.dra.cdi_dir, self.dra.driver_name)
             self._sync_health()
             try:
                 self.dra_server.start()  # serve first: the kubelet dials it as soon as it registers us
@@ -251,6 +262,7 @@ class DraDaemon:
         with self._lock:
             self.gpus = gpus
             self.health = {g.id: self.health.get(g.id, HEALTHY) for g in gpus}
+            self._edits_cache = None
         self._sync_health()
         self._start_monitor()
         self.publisher.request()
