@@ -103,3 +103,19 @@ def test_where_dra_serves_the_device_plugin_registers_nothing(kubelet, socket_di
     assert process.returncode == 0
     assert "registering nothing as nvidia.com/gpu" in err
     assert kubelet.registrations == [], "one GPU through two APIs: the device plugin must stay out"
+
+
+def test_on_a_docker_mode_node_the_driver_refuses_since_claims_would_start_without_their_gpu(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_plugin_env: None) -> None:
+    config = tmp_path / "etc/rancher/k3s/config.yaml.d"
+    config.mkdir(parents=True)
+    (config / "10-gpu-k8s-runtime.yaml").write_text("docker: true\n")
+    code = cli_main.main(["dra", "--host-root", str(tmp_path), "--device-discovery-strategy", "simulated",
+                          "--simulated-gpus", "1", "--kubeconfig", str(tmp_path / "kc"), "--node-name", "n"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "cri-dockerd does not pass a claim's CDI devices" in err and "GPU_K8S_K3S_RUNTIME" in err
+    (config / "10-gpu-k8s-runtime.yaml").write_text("docker: false\n")
+    cli_main.main(["dra", "--host-root", str(tmp_path), "--device-discovery-strategy", "simulated",
+                   "--simulated-gpus", "1", "--kubeconfig", str(tmp_path / "kc"), "--node-name", "n"])
+    assert "cannot read the kubeconfig" in capsys.readouterr().err  # past the runtime check

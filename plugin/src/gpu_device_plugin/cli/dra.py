@@ -64,6 +64,21 @@ def resolve_node(client: KubeClient, given: str) -> str:
         return node
 
 
+def docker_mode_refusal(settings: Settings) -> str:
+    """Why the driver must not publish on this node ("" when it may): k3s in docker mode runs pods through
+    cri-dockerd, which does not pass the kubelet's CDI device names on (docs/layer.md, "GPU isolation"), so
+    a claim's pod would start without its GPU and without an error."""
+    from ..doctor.k3s import read_k3s_config
+
+    k3s = read_k3s_config(settings)
+    if not k3s.docker:
+        return ""
+    return (f"k3s runs pods through docker here (docker: true in {k3s.docker_from}), and its cri-dockerd does not "
+            "pass a claim's CDI devices to containers: they would start without their GPU. Switch the node to "
+            "k3s's containerd (GPU_K8S_K3S_RUNTIME = \"containerd\", docs/layer.md) or keep "
+            "allocationApi: device-plugin")
+
+
 def discover(settings: Settings) -> tuple[str, list[Gpu], str]:
     """(backend name, GPUs, why there are none)."""
     choice = choose(settings)
@@ -92,6 +107,10 @@ def run(settings: Settings, namespace: argparse.Namespace, environ: Mapping[str,
         # a Type=notify unit that exits before READY=1 would count as failed
         sdnotify.notify("READY=1\nSTATUS=not publishing: the device plugin serves this node's GPUs", dict(environ))
         return 0
+    refusal = docker_mode_refusal(settings)
+    if refusal:
+        log.error("%s", refusal)
+        return 2
     backend, gpus, why = discover(settings)
     if not gpus:
         if settings.fail_on_init_error:
