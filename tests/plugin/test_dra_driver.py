@@ -162,6 +162,10 @@ def test_an_unhealthy_gpu_is_tainted_in_its_slice_and_on_the_health_stream_until
             monitor.report("sim-gpu-1", Health(True))
             api.wait_for(lambda a: "taints" not in a.devices()["gpu-1"])
             assert {d.health for d in next(stream).devices} == {dra.HEALTHY}
+            assert {d.health_check_timeout_seconds for d in first.devices} == {60}
+            running.daemon.device_health.refresh()  # what the loop does every 20 s: the kubelet's 30 s of silence
+            running.daemon.dra_server.wake()
+            assert {d.health for d in next(stream).devices} == {dra.HEALTHY}
         finally:
             stream.cancel()
             kubelet.close()

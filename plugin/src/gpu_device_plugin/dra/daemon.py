@@ -34,7 +34,7 @@ from .checkpoint import Checkpoint
 from .cluster import Cluster
 from .prepare import Preparer, run_command
 from .publisher import Publisher
-from .service import DeviceHealth, NodeService, Registration
+from .service import HEALTH_RESEND_S, DeviceHealth, NodeService, Registration
 from .settings import DraSettings
 from .sockets import SocketServer
 
@@ -192,8 +192,10 @@ class DraDaemon:
 
     def _loop(self, selector: selectors.BaseSelector, watcher: inotify.Inotify) -> None:
         next_discovery = time.monotonic() + REDISCOVER_S
+        next_resend = time.monotonic() + HEALTH_RESEND_S
         while not self._stop.is_set():
-            timeout = max(0.0, next_discovery - time.monotonic()) if self.rediscover else None
+            due = min(next_discovery, next_resend) if self.rediscover else next_resend
+            timeout = max(0.0, due - time.monotonic())
             for key, _ in selector.select(timeout):
                 if key.data == "wake":
                     _drain(self._wake_r)
@@ -206,6 +208,10 @@ class DraDaemon:
             if changed:
                 self._sync_health()
                 self.publisher.request()
+            if time.monotonic() >= next_resend:
+                next_resend = time.monotonic() + HEALTH_RESEND_S
+                self.device_health.refresh()
+                self.dra_server.wake()
             if self.rediscover and (self._discover_now or time.monotonic() >= next_discovery):
                 self._discover_now = False
                 next_discovery = time.monotonic() + REDISCOVER_S

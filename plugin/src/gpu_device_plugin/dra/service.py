@@ -26,7 +26,10 @@ REGISTRATION = wire.message_classes(dra.REGISTRATION.messages)
 V1 = wire.message_classes(dra.DRA_V1.messages)
 V1BETA1 = wire.message_classes(dra.DRA_V1BETA1.messages)
 HEALTH = wire.message_classes(dra.HEALTH.messages)
-HEALTH_CHECK_TIMEOUT_S = 0  # 0: the kubelet's default (the stream itself says when a device changes)
+# The kubelet takes a device it has not heard of for this long as Unknown (its default: 30 s), so the
+# stream repeats the snapshot every HEALTH_RESEND_S, well inside it, besides each change.
+HEALTH_CHECK_TIMEOUT_S = 60
+HEALTH_RESEND_S = 20.0
 
 
 class Registration:
@@ -81,6 +84,11 @@ class DeviceHealth:
             self._devices = fresh
             self.version += 1
             return True
+
+    def refresh(self) -> None:
+        """Have every stream send the snapshot again (the kubelet's timeout on silence)."""
+        with self._lock:
+            self.version += 1
 
     def snapshot(self) -> tuple[int, list[Any]]:
         with self._lock:
