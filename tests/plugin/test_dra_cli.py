@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -75,10 +76,11 @@ def test_where_the_device_plugin_serves_the_driver_publishes_nothing_and_exits(n
 
 def test_a_setting_that_can_never_work_exits_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                         no_plugin_env: None) -> None:
+    (tmp_path / "kubeconfig").write_text("apiVersion: v1\nkind: Config\n")
     code = cli_main.main(["dra", "--device-discovery-strategy", "simulated", "--simulated-gpus", "1",
-                          "--kubeconfig", str(tmp_path / "missing"), "--node-name", "n"])
+                          "--kubeconfig", str(tmp_path / "kubeconfig"), "--node-name", "n"])
     assert code == 2
-    assert "cannot read the kubeconfig" in capsys.readouterr().err
+    assert "has no current-context" in capsys.readouterr().err
     assert cli_main.main(["dra", "--driver-name", "gpu.nvidia.com"]) == 2
     assert "NVIDIA's DRA driver's name" in capsys.readouterr().err
 
@@ -116,6 +118,20 @@ def test_on_a_docker_mode_node_the_driver_refuses_since_claims_would_start_witho
     err = capsys.readouterr().err
     assert "cri-dockerd does not pass a claim's CDI devices" in err and "GPU_K8S_K3S_RUNTIME" in err
     (config / "10-gpu-k8s-runtime.yaml").write_text("docker: false\n")
+    (tmp_path / "kc").write_text("{")
     cli_main.main(["dra", "--host-root", str(tmp_path), "--device-discovery-strategy", "simulated",
                    "--simulated-gpus", "1", "--kubeconfig", str(tmp_path / "kc"), "--node-name", "n"])
-    assert "cannot read the kubeconfig" in capsys.readouterr().err  # past the runtime check
+    assert "is not valid YAML" in capsys.readouterr().err  # past the runtime check
+
+
+def test_a_node_not_yet_joined_waits_for_its_kubeconfig(tmp_path: Path) -> None:
+    from gpu_device_plugin.cli import dra as dra_cli
+
+    path = tmp_path / "kubelet.kubeconfig"
+    waiter = threading.Thread(target=dra_cli.wait_for_kubeconfig, args=(str(path), 0.01))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive(), "it must wait, not exit (systemd gives up after five quick restarts)"
+    path.write_text("written by k3s at join")
+    waiter.join(5)
+    assert not waiter.is_alive()

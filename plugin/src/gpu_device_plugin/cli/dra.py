@@ -31,6 +31,17 @@ from .serve import make_monitor
 log = logging.getLogger("gpu_device_plugin")
 
 NODE_RETRY_MAX_S = 30.0
+KUBECONFIG_POLL_S = 2.0
+
+
+def wait_for_kubeconfig(path: str, poll: float = KUBECONFIG_POLL_S) -> None:
+    """An agent not yet joined has no kubeconfig: k3s writes it when the node joins. Wait for it (a stat
+    every `poll` seconds) rather than exit and have systemd give up after five quick restarts."""
+    if os.path.exists(path):
+        return
+    log.warning("waiting for %s: k3s writes it when this node joins its cluster (or pass --kubeconfig)", path)
+    while not os.path.exists(path):
+        time.sleep(poll)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,6 +131,7 @@ def run(settings: Settings, namespace: argparse.Namespace, environ: Mapping[str,
                     why or "discovery found no GPU")
     for gpu in gpus:
         log.info("discovered GPU %d: %s (%s)", gpu.index, gpu.name, gpu.id)
+    wait_for_kubeconfig(dra.kubeconfig)
     try:
         client = KubeClient(load_kubeconfig(dra.kubeconfig, cache.cache_dir(environ)), dra.api_timeout)
         node = resolve_node(client, dra.node_name)
