@@ -7,8 +7,11 @@ from __future__ import annotations
 import argparse
 import base64
 import shutil
+import socket
+import socketserver
 import ssl
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from gpu_device_plugin.cli import dra as dra_cli
 from gpu_device_plugin.config.settings import ConfigError
 from gpu_device_plugin.dra import options
 from gpu_device_plugin.dra.cluster import Cluster
+from gpu_device_plugin.dra.http1 import Connection, HttpError
 from gpu_device_plugin.dra.kube import ApiError, KubeClient, KubeconfigError, load_kubeconfig, parse_kubeconfig
 
 
@@ -115,14 +119,81 @@ def test_a_token_file_is_read_at_each_call_and_a_wrong_token_is_a_401(tmp_path: 
                               query={"fieldSelector": "spec.nodeName=node-a"})["items"] == []
 
 
-def test_a_connection_the_server_dropped_is_made_again(tmp_path: Path) -> None:
-    with FakeApiServer() as api:
-        client = KubeClient(load_kubeconfig(api.kubeconfig(str(tmp_path / "kc"))))
-        api.add_node("node-a")
-        assert client.request("GET", "/api/v1/nodes/node-a")["metadata"]["uid"] == "uid-node-a"
-        assert client._connection is not None
-        client._connection.sock.close()  # as a server closing an idle kept-alive connection
-        assert client.request("GET", "/api/v1/nodes/node-a")["metadata"]["uid"] == "uid-node-a"
+def test_a_kept_alive_connection_the_server_closed_is_made_again_once(tmp_path: Path) -> None:
+    """A server answers one request per connection, keep-alive said, then closes it (an API server
+    restarting, an idle timeout): the next call finds the connection dead before any answer and is
+    made again on a fresh one; a fresh connection that fails is an error, not a loop."""
+    answered = []
+
+    class OneShot(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            while self.rfile.readline() not in (b"\r\n", b""):
+                pass
+            body = b'{"kind": "Node", "metadata": {"uid": "u"}}'
+            answered.append(1)  # before the answer: the client's next call may come at once
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), OneShot) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            path = tmp_path / "kc"
+            url = f"http://127.0.0.1:{server.server_address[1]}"
+            path.write_text(f"current-context: a\ncontexts: [{{name: a, context: {{cluster: c}}}}]\n"
+                            f"clusters: [{{name: c, cluster: {{server: '{url}'}}}}]\n")
+            client = KubeClient(load_kubeconfig(str(path)))
+            for _ in range(3):
+                assert client.request("GET", "/api/v1/nodes/a")["metadata"]["uid"] == "u"
+            assert len(answered) == 3
+        finally:
+            server.shutdown()
+
+
+def test_chunked_and_close_delimited_bodies_are_read_whole() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                reader = conn.makefile("rb")
+                while reader.readline() not in (b"\r\n", b""):
+                    pass
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             b"5\r\n{\"a\":\r\n3;ext=1\r\n 1}\r\n0\r\nX-Trailer: t\r\n\r\n")
+                while reader.readline() not in (b"\r\n", b""):
+                    pass
+                conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{\"b\": 2}")
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        connection = Connection("127.0.0.1", port, None, 5)
+        first = connection.send("GET", "/x", {}, None)
+        assert connection.read_body(first) == b'{"a": 1}' and connection.reusable
+        second = connection.send("GET", "/y", {}, None)
+        assert connection.read_body(second) == b'{"b": 2}' and not connection.reusable
+        connection.close()
+        thread.join(5)
+
+
+def test_a_response_that_breaks_http_framing_is_an_error_naming_it() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.makefile("rb").readline()
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+        threading.Thread(target=serve, daemon=True).start()
+        connection = Connection("127.0.0.1", listener.getsockname()[1], None, 5)
+        with pytest.raises(HttpError, match="not an HTTP/1.1 status line"):
+            connection.send("GET", "/", {}, None)
+        connection.close()
 
 
 def test_unreachable_is_status_zero_naming_the_server(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""A minimal Kubernetes API client on the standard library (http.client + ssl): a kubeconfig's
-current context (server, CA, a client certificate or a bearer token), JSON requests and watches.
+"""A minimal Kubernetes API client on the standard library (sockets, ssl, our HTTP/1.1 framing in
+http1.py): a kubeconfig's current context (server, CA, a client certificate or a bearer token),
+JSON requests and watches.
 
 Why not a client library: the driver needs eight REST calls; the official Python client brings
 ~30 packages that no Yocto series carries, and the images must build the plugin from recipes
@@ -10,10 +11,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import http.client
 import json
 import os
-import socket
 import ssl
 import threading
 import urllib.parse
@@ -21,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from ..config import cache
+from .http1 import Connection, HttpError, Response
 
 
 class KubeconfigError(ValueError):
@@ -168,12 +168,10 @@ class KubeClient:
             raise KubeconfigError(f"{config.path}: cannot load its certificates ({exc}): check the CA and the "
                                   "client certificate and key it names") from None
         self._lock = threading.Lock()
-        self._connection: http.client.HTTPConnection | None = None
+        self._connection: Connection | None = None
 
-    def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
-        if self._tls:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._context)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+    def _connect(self, timeout: float | None) -> Connection:
+        return Connection(self._host, self._port, self._context, timeout)
 
     def _headers(self, body: bytes | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": "gpu-dra-driver"}
@@ -195,24 +193,28 @@ class KubeClient:
         data = json.dumps(body).encode() if body is not None else None
         target = self._target(path, query)
         with self._lock:
-            for attempt in (1, 2):  # a kept-alive connection the server closed meanwhile gets one retry
-                if self._connection is None:
-                    self._connection = self._connect(self.timeout)
+            for attempt in (1, 2):
+                reused = self._connection is not None
                 try:
-                    self._connection.request(method, target, body=data, headers=self._headers(data))
-                    response = self._connection.getresponse()
-                    payload = response.read()
+                    if self._connection is None:
+                        self._connection = self._connect(self.timeout)
+                    response = self._connection.send(method, target, self._headers(data), data)
+                    payload = self._connection.read_body(response)
+                    if not self._connection.reusable:
+                        self._drop()
                     break
-                except (OSError, http.client.HTTPException) as exc:
+                except OSError as exc:
                     self._drop()
-                    if attempt == 2 or isinstance(exc, (socket.timeout, ssl.SSLCertVerificationError)):
+                    # a kept-alive connection the server closed meanwhile (it answered nothing) gets one retry
+                    stale = reused and (isinstance(exc, (BrokenPipeError, ConnectionResetError)) or
+                                        (isinstance(exc, HttpError) and "before answering" in str(exc)))
+                    if attempt == 2 or not stale:
                         raise ApiError(0, "Unreachable", f"{method} {self.config.server}{path}: {exc}") from None
         return _decode(response.status, response.reason, payload, method, path)
 
     def _drop(self) -> None:
         if self._connection is not None:
-            with contextlib.suppress(OSError):
-                self._connection.close()
+            self._connection.close()
             self._connection = None
 
     def close(self) -> None:
@@ -221,17 +223,20 @@ class KubeClient:
 
     def watch(self, path: str, query: Mapping[str, str]) -> ApiWatch:
         """A watch request (`watch=true` is added); iterate the ApiWatch for its events."""
-        connection = self._connect(None)  # a watch waits as long as the server keeps it open
         try:
-            connection.request("GET", self._target(path, {**query, "watch": "true"}), headers=self._headers(None))
-            response = connection.getresponse()
-        except (OSError, http.client.HTTPException) as exc:
+            connection = self._connect(None)  # a watch waits as long as the server keeps it open
+        except OSError as exc:
+            raise ApiError(0, "Unreachable", f"watch {self.config.server}{path}: {exc}") from None
+        try:
+            response = connection.send("GET", self._target(path, {**query, "watch": "true"}), self._headers(None),
+                                       None)
+            if response.status != 200:
+                payload = connection.read_body(response)
+                connection.close()
+                _decode(response.status, response.reason, payload, "GET", path)
+        except OSError as exc:
             connection.close()
             raise ApiError(0, "Unreachable", f"watch {self.config.server}{path}: {exc}") from None
-        if response.status != 200:
-            payload = response.read()
-            connection.close()
-            _decode(response.status, response.reason, payload, "GET", path)
         return ApiWatch(connection, response)
 
 
@@ -249,34 +254,29 @@ def _decode(status: int, reason: str, payload: bytes, method: str, path: str) ->
 class ApiWatch:
     """The events of one watch, as (type, object) pairs, until the server ends it or `close()`."""
 
-    def __init__(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+    def __init__(self, connection: Connection, response: Response) -> None:
         self._connection = connection
         self._response = response
         self.closed = False
 
     def __iter__(self) -> Iterator[tuple[str, dict[str, Any]]]:
         try:
-            while not self.closed:
-                line = self._response.readline()
-                if not line:
+            for line in self._connection.lines(self._response):
+                if self.closed:
                     return
                 if not line.strip():
                     continue
                 event = json.loads(line)
                 yield str(event.get("type", "")), event.get("object") or {}
-        except (OSError, ValueError, AttributeError, http.client.HTTPException):
-            if not self.closed:  # AttributeError: http.client reading a socket another thread shut down
+        except (OSError, ValueError):
+            if not self.closed:
                 raise
         finally:
             self.closed = True
-            with contextlib.suppress(OSError, AttributeError):
-                self._connection.close()
+            self._connection.close()
 
     def close(self) -> None:
         """From any thread: ends the iteration (the socket is shut down under the blocked read; the reading
         thread closes the connection)."""
         self.closed = True
-        sock = self._connection.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        self._connection.shutdown()

@@ -165,8 +165,12 @@ class Publisher:
             version = self._resource_version
             try:
                 if not version:
+                    # a list of our own: whatever happened before it (a slice deleted) no watch event will
+                    # tell, so a reconcile compares it with what we offer
                     _, version = self.cluster.list_slices()
+                    self.request()
                 self._watch = self.cluster.watch_slices(version)
+                log.debug("watching our ResourceSlices from version %s", version)
                 if self._stopping:
                     self._watch.close()
                     return
