@@ -172,3 +172,14 @@ def allocated_claim(name: str, uid: str, *results: dict[str, Any], config: Seque
 
 def result(device: str, request: str = "gpu", driver: str = DRIVER, pool: str = NODE, **extra: Any) -> dict[str, Any]:
     return {"request": request, "driver": driver, "pool": pool, "device": device, **extra}
+
+
+def wait_until(predicate: Any, timeout: float = 10.0, what: str = "the condition") -> None:
+    """Wait for a condition of the file system (a socket served again): checked every 10 ms."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not hold within {timeout} s")
+        time.sleep(0.01)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import grpc
 import pytest
@@ -20,6 +21,7 @@ from dra_helpers import (
     driver_env,
     make_driver,
     result,
+    wait_until,
 )
 from gpu_device_plugin.api import dra
 from gpu_device_plugin.config.settings import Settings
@@ -186,7 +188,7 @@ def test_a_deleted_registration_socket_is_served_again_and_sigterm_removes_both(
     with driver_env() as (api, dirs), RunningDriver(make_driver(api, dirs)) as running:
         registration = running.daemon.dra.registration_socket
         os.unlink(registration)
-        api.wait_for(lambda a: os.path.exists(registration), timeout=10)  # the driver's inotify loop re-serves it
+        wait_until(lambda: os.path.exists(registration), what="the registration socket served again")
         kubelet = KubeletSide(registration)
         try:
             assert kubelet.get_info().name == DRIVER
@@ -239,3 +241,27 @@ def test_a_gpu_that_appears_or_goes_changes_the_pool_and_its_generation() -> Non
             found[0] = SimulatedBackend(2).discover()
             running.daemon.request_discovery()
             api.wait_for(lambda a: set(a.devices()) == {"gpu-0", "gpu-1"})
+
+
+def test_a_deleted_dra_socket_or_registry_directory_is_served_again() -> None:
+    with driver_env() as (api, dirs), RunningDriver(make_driver(api, dirs)) as running:
+        dra_socket = running.daemon.dra.dra_socket
+        registration = running.daemon.dra.registration_socket
+        servers = (running.daemon.dra_server, running.daemon.registration_server)
+        assert [s.starts for s in servers] == [1, 1]
+        os.unlink(dra_socket)
+        # the DRA socket comes back, and the registration socket is made afresh so the plugin watcher
+        # registers (and dials) again
+        wait_until(lambda: [s.starts for s in servers] == [2, 2] and os.path.exists(registration),
+                   what="both sockets served afresh")
+        shutil.rmtree(dirs.registry)  # the whole plugin watcher directory
+        wait_until(lambda: os.path.exists(registration), what="the registry directory and socket back")
+        for path in (dra_socket, registration):
+            kubelet = KubeletSide(path)
+            try:
+                if path == registration:
+                    assert kubelet.get_info().endpoint == dra_socket
+                else:
+                    assert kubelet.unprepare(("default", "uid-x", "x")).claims["uid-x"].error == ""
+            finally:
+                kubelet.close()

@@ -40,7 +40,8 @@ from .sockets import SocketServer
 
 log = logging.getLogger(__name__)
 
-REDISCOVER_S = 60.0  # a GPU that appears (a driver loaded late, a hot-plug) is published within this
+REDISCOVER_S = 60.0
+SERVE_RETRY_S = 1.0  # a GPU that appears (a driver loaded late, a hot-plug) is published within this
 _DIR_EVENTS = inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_CREATE
 
 
@@ -78,6 +79,8 @@ class DraDaemon:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._health_changed = False
         self._discover_now = False
+        self._retry_serve_at: float | None = None
+        self._watcher: inotify.Inotify | None = None
         # (the toolkit's specs it was made from, the GPU IDs, each GPU's edits)
         self._edits_cache: tuple[Any, tuple[str, ...], Mapping[str, GpuEdits | str]] | None = None
 
@@ -161,8 +164,8 @@ class DraDaemon:
             try:
                 self.dra_server.start()  # serve first: the kubelet dials it as soon as it registers us
                 self.registration_server.start()
-                watcher.add_watch(self.dra.socket_dir, _DIR_EVENTS)
-                watcher.add_watch(self.dra.plugins_registry_dir, _DIR_EVENTS)
+                self._watcher = watcher
+                self._watch_dirs()
             except OSError as exc:
                 log.error("%s", exc.strerror or exc)
                 return 2
@@ -195,6 +198,8 @@ class DraDaemon:
         next_resend = time.monotonic() + HEALTH_RESEND_S
         while not self._stop.is_set():
             due = min(next_discovery, next_resend) if self.rediscover else next_resend
+            if self._retry_serve_at is not None:
+                due = min(due, self._retry_serve_at)
             timeout = max(0.0, due - time.monotonic())
             for key, _ in selector.select(timeout):
                 if key.data == "wake":
@@ -203,6 +208,8 @@ class DraDaemon:
                     self._on_socket_events(watcher.read_events())
             if self._stop.is_set():
                 return
+            if self._retry_serve_at is not None and time.monotonic() >= self._retry_serve_at:
+                self._serve_again()
             with self._lock:
                 changed, self._health_changed = self._health_changed, False
             if changed:
@@ -219,17 +226,31 @@ class DraDaemon:
 
     def _on_socket_events(self, events: Sequence[inotify.Event]) -> None:
         names = {os.path.basename(self.dra.dra_socket), os.path.basename(self.dra.registration_socket)}
-        if not any(e.mask & inotify.IN_Q_OVERFLOW or e.name in names for e in events):
-            return
-        for server in (self.dra_server, self.registration_server):  # the DRA socket before its registration
-            if not server.owns_socket():
-                log.info("our socket %s was removed: serving it again", server.path)
-                try:
-                    server.start()
-                except OSError as exc:
-                    log.error("%s", exc.strerror or exc)
-                if server is self.dra_server:
-                    self.registration_server.start()  # a fresh registration dials the fresh socket
+        if any(e.mask & (inotify.IN_Q_OVERFLOW | inotify.IN_IGNORED) or e.name in names for e in events):
+            self._serve_again()
+
+    def _watch_dirs(self) -> None:
+        """Watch both socket directories (again after one was deleted: its watch went with it)."""
+        assert self._watcher is not None
+        for directory in (self.dra.socket_dir, self.dra.plugins_registry_dir):
+            self._watcher.add_watch(directory, _DIR_EVENTS)
+
+    def _serve_again(self) -> None:
+        """Serve again whichever of our sockets is gone (the DRA socket first: a fresh registration
+        dials it); on failure try again in a second, never crash."""
+        self._retry_serve_at = None
+        dra_lost = not self.dra_server.owns_socket()
+        for server in (self.dra_server, self.registration_server):
+            if server.owns_socket() and not (dra_lost and server is self.registration_server):
+                continue
+            log.info("our socket %s is gone: serving it again", server.path)
+            try:
+                server.start()
+                self._watch_dirs()
+            except OSError as exc:
+                log.error("%s; trying again in %.0f s", exc.strerror or exc, SERVE_RETRY_S)
+                self._retry_serve_at = time.monotonic() + SERVE_RETRY_S
+                return
 
     # ------------------------------------------------------------ health and devices
 

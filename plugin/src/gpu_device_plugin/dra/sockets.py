@@ -27,6 +27,7 @@ class SocketServer:
         self.path = path
         self.methods = methods
         self.server: Server | None = None
+        self.starts = 0  # how often it was served (again), for logs and tests
         self._inode: int | None = None
 
     def start(self) -> None:
@@ -42,6 +43,7 @@ class SocketServer:
                           "exists, is writable and the path is under 108 bytes") from None
         server.start()
         self.server = server
+        self.starts += 1
         self._inode = os.stat(self.path).st_ino
 
     def owns_socket(self) -> bool:
