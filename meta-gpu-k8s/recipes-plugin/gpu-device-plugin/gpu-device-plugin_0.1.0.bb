@@ -36,11 +36,12 @@ do_install:append() {
     install -m 0644 ${UNPACKDIR}/gpu-device-plugin.yaml ${D}${sysconfdir}/gpu-device-plugin/config.yaml
 }
 
+FILES:${PN} += "${datadir}/gpu-k8s/k3s-manifests/gpu-dra.yaml"
 CONFFILES:${PN} = "${sysconfdir}/gpu-device-plugin/config.yaml"
 
 # Stdlib packages per oe-core's python3 manifest: concurrent.futures (asyncio), hashlib (crypt),
 # dataclasses (profile), glob (shell), socket/tempfile (io), http.server (netclient, netserver);
-# the DRA driver's API client: http.client, base64, urllib (netclient), ssl (io);
+# the DRA driver's API client: base64, urllib (netclient), socket and ssl (io);
 # nvidia-ml-py (python3-nvidia-ml-py) is optional: the packagegroup adds it with the x86-64 NVIDIA stack.
 # The plugin speaks gRPC with its own HTTP/2 code and wire format: no grpcio or protobuf on
 # the node, only meta-python's hpack for header blocks.
@@ -63,5 +64,4 @@ RDEPENDS:${PN} = " \
 "
 
 SYSTEMD_SERVICE:${PN} = "gpu-device-plugin.service gpu-dra-driver.service"
-FILES:${PN} += "${datadir}/gpu-k8s/k3s-manifests/gpu-dra.yaml"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
