@@ -28,7 +28,7 @@ def driver_command(dirs: Dirs, *extra: str) -> list[str]:
 
 
 def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME", "ALLOCATION_API")}
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODE_NAME", "ALLOCATION_API", "CDI_DIR")}
     return {**env, "PYTHONPATH": str(ROOT / "plugin" / "src")}
 
 

@@ -251,11 +251,17 @@ def namespace(**flags: str) -> argparse.Namespace:
 
 def test_flags_beat_the_environment_and_defaults_follow_the_driver_name() -> None:
     settings = options.parse(namespace(driver_name="gpu.example.org"),
-                             {"NODE_NAME": "orin-1", "DRA_CDI_DIR": "/etc/cdi"})
+                             {"NODE_NAME": "orin-1", "CDI_DIR": "/etc/cdi", "KUBELET_PLUGINS_DIR": "/k/plugins",
+                              "KUBELET_REGISTRAR_DIR": "/k/registry", "DRA_STATE_DIR": "/k/state"})
     assert (settings.driver_name, settings.node_name, settings.cdi_dir) == ("gpu.example.org", "orin-1", "/etc/cdi")
-    assert settings.dra_socket == "/var/lib/kubelet/plugins/gpu.example.org/dra.sock"
-    assert settings.registration_socket == "/var/lib/kubelet/plugins_registry/gpu.example.org-reg.sock"
-    assert settings.checkpoint_dir == "/var/lib/kubelet/plugins/gpu.example.org"
+    # the Go harness's environment (conformance/README.md, "The DRA driver contract") as the node's
+    assert settings.dra_socket == "/k/plugins/gpu.example.org/dra.sock"
+    assert settings.registration_socket == "/k/registry/gpu.example.org-reg.sock"
+    assert settings.checkpoint_dir == "/k/state"
+    defaults = options.parse(namespace(), {})
+    assert defaults.dra_socket == "/var/lib/kubelet/plugins/gpu.meta-gpu-k8s.io/dra.sock"
+    assert defaults.registration_socket == "/var/lib/kubelet/plugins_registry/gpu.meta-gpu-k8s.io-reg.sock"
+    assert defaults.checkpoint_dir == "/var/lib/kubelet/plugins/gpu.meta-gpu-k8s.io"
 
 
 @pytest.mark.parametrize(("flags", "message"), [

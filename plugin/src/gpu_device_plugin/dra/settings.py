@@ -24,7 +24,8 @@ class DraSettings(NamedTuple):
     node_name: str = ""  # "" = the node the kubeconfig's identity is (system:node:<name>)
     driver_name: str = DEFAULT_DRIVER
     plugins_registry_dir: str = DEFAULT_PLUGINS_REGISTRY
-    plugin_dir: str = ""  # "" = /var/lib/kubelet/plugins/<driver name>
+    kubelet_plugins_dir: str = KUBELET_PLUGINS
+    plugin_dir: str = ""  # "" = <kubelet_plugins_dir>/<driver name>
     cdi_dir: str = DEFAULT_CDI_DIR
     state_dir: str = ""  # "" = the plugin dir
     # publish GPUs with allowMultipleAllocations (consumable memory): on, off, or auto = integrated GPUs only
@@ -34,7 +35,7 @@ class DraSettings(NamedTuple):
 
     @property
     def socket_dir(self) -> str:
-        return self.plugin_dir or f"{KUBELET_PLUGINS}/{self.driver_name}"
+        return self.plugin_dir or f"{self.kubelet_plugins_dir}/{self.driver_name}"
 
     @property
     def checkpoint_dir(self) -> str:
