@@ -43,7 +43,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("pki")
     make_ca(d, "/CN=k3s-server-ca")
     leaf = "keyUsage=critical,digitalSignature\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
-    for name, subject, ext in (("server", "/CN=k3s", leaf + "subjectAltName=IP:127.0.0.1"),
+    server_names = "subjectAltName=IP:127.0.0.1,DNS:apiserver-loopback-client"
+    for name, subject, ext in (("server", "/CN=k3s", leaf + server_names),
                                ("client", "/O=system:nodes/CN=system:node:node-a",
                                 leaf + "extendedKeyUsage=clientAuth")):
         openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", f"{name}.key",
@@ -301,3 +302,20 @@ def test_a_kubeconfig_naming_its_key_by_file_is_kept_parsed_and_one_with_a_token
     with_token = by_file.replace("client-certificate: c.crt, client-key: c.key", "token: s3cret")
     assert parse_kubeconfig(with_token, "/etc/kc", str(cache_dir)).token == "s3cret"
     assert not (cache_dir / "kubeconfig.json").exists(), "a secret must never land in the cache directory"
+
+
+def test_tls_server_name_is_the_name_checked_and_sent(pki: Path, tmp_path: Path) -> None:
+    """kube-apiserver's loopback credentials (what a test server hands out) name `tls-server-name:
+    apiserver-loopback-client`: the server picks that certificate by SNI, and it is the name checked."""
+    user = {"client-certificate": str(pki / "client.crt"), "client-key": str(pki / "client.key")}
+    with tls_server(pki) as api:
+        good = api.kubeconfig(str(tmp_path / "good"), extra_user=user, extra_cluster={
+            "certificate-authority": str(pki / "ca.crt"), "tls-server-name": "apiserver-loopback-client"})
+        with pytest.raises(ApiError) as missing:
+            KubeClient(load_kubeconfig(good)).request("GET", "/api/v1/nodes/absent")
+        assert missing.value.status == 404  # through TLS, verified against the name
+        wrong = api.kubeconfig(str(tmp_path / "wrong"), extra_user=user, extra_cluster={
+            "certificate-authority": str(pki / "ca.crt"), "tls-server-name": "somebody-else"})
+        with pytest.raises(ApiError) as refused:
+            KubeClient(load_kubeconfig(wrong)).request("GET", "/api/v1/nodes/absent")
+        assert refused.value.status == 0 and "somebody-else" in str(refused.value)

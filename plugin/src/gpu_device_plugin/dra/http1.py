@@ -31,12 +31,13 @@ class Response:
 
 
 class Connection:
-    def __init__(self, host: str, port: int, context: ssl.SSLContext | None, timeout: float | None) -> None:
+    def __init__(self, host: str, port: int, context: ssl.SSLContext | None, timeout: float | None,
+                 server_name: str = "") -> None:
         sock = socket.create_connection((host, port), timeout=timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a request goes in one write anyway
             if context is not None:
-                sock = context.wrap_socket(sock, server_hostname=host)
+                sock = context.wrap_socket(sock, server_hostname=server_name or host)
         except BaseException:
             sock.close()
             raise

@@ -49,6 +49,9 @@ class Kubeconfig(NamedTuple):
     token: str = ""
     token_file: str = ""
     insecure: bool = False
+    # the name the server's certificate is checked against (and sent as SNI) instead of the URL's host: a
+    # kube-apiserver picks its loopback certificate by SNI "apiserver-loopback-client"
+    tls_server_name: str = ""
 
 
 def _named(items: Any, name: str, kind: str, path: str) -> dict[str, Any]:
@@ -111,7 +114,8 @@ def parse_kubeconfig(text: str, path: str, cache_dir: str = "") -> Kubeconfig:
                       cert_file=file_of(user.get("client-certificate")), key_file=file_of(user.get("client-key")),
                       cert_data=data_of("client-certificate-data"), key_data=data_of("client-key-data"),
                       token=str(user.get("token") or ""), token_file=file_of(user.get("tokenFile")),
-                      insecure=bool(cluster.get("insecure-skip-tls-verify")))
+                      insecure=bool(cluster.get("insecure-skip-tls-verify")),
+                      tls_server_name=str(cluster.get("tls-server-name") or ""))
 
 
 def load_kubeconfig(path: str, cache_dir: str = "") -> Kubeconfig:
@@ -171,7 +175,7 @@ class KubeClient:
         self._connection: Connection | None = None
 
     def _connect(self, timeout: float | None) -> Connection:
-        return Connection(self._host, self._port, self._context, timeout)
+        return Connection(self._host, self._port, self._context, timeout, self.config.tls_server_name)
 
     def _headers(self, body: bytes | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": "gpu-dra-driver"}
