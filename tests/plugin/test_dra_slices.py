@@ -158,3 +158,15 @@ def test_more_than_64_gpus_take_two_slices_and_leftovers_go() -> None:
 def test_no_gpu_means_no_slice() -> None:
     plan = slices.plan("node-a", [found("s1", [device("gpu-0")])], [], {})
     assert (plan.writes, plan.deletes) == ([], ["s1"])
+
+
+@pytest.mark.parametrize("fixture", ["jetson-nano", "jetson-agx-orin-r36", "jetson-orin-nano-r39",
+                                     "jetson-agx-thor-r39"])
+def test_every_value_fits_the_apis_64_bytes_or_the_whole_slice_is_refused(fixture: str) -> None:
+    # found by the real API server in the Go harness: the Orin Nano Super's board name is 65 bytes
+    for key, value in published(tegra(fixture))["attributes"].items():
+        text = value.get("string") or value.get("version") or ""
+        assert len(text.encode()) <= attributes.MAX_VALUE_BYTES, (key, text)
+    model = values(published(tegra("jetson-orin-nano-r39")))["model"]
+    assert model == "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Supe"
+    assert attributes.fit("é" * 40) == "é" * 32  # whole characters only

@@ -27,6 +27,9 @@ PCI_BUS_ID = STANDARD_PREFIX + "pciBusID"
 NUMA_NODE = STANDARD_PREFIX + "numaNode"
 UNHEALTHY_TAINT = "unhealthy"  # under the driver's domain: gpu.meta-gpu-k8s.io/unhealthy
 MAX_LABEL_VALUE = 63
+# resource.k8s.io's limit on a string or version attribute's value (DeviceAttributeMaxValueLength): a longer
+# one makes the API server refuse the whole slice
+MAX_VALUE_BYTES = 64
 
 # go-nvlib's GetArchitectureAsString names, by CUDA compute capability (the major number decides but for
 # Turing and Ada); Blackwell spans 10.x (data centre), 11.0 (Jetson Thor) and 12.x (RTX)
@@ -79,13 +82,20 @@ def label_value(text: str) -> str:
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
 
 
+def fit(text: str) -> str:
+    """`text` cut to the API's 64 bytes (whole UTF-8 characters): "NVIDIA Jetson Orin Nano Engineering
+    Reference Developer Kit Super" is 65; a selector on such a value uses startsWith."""
+    data = text.encode()
+    return text if len(data) <= MAX_VALUE_BYTES else data[:MAX_VALUE_BYTES].decode(errors="ignore")
+
+
 def attributes(gpu: Gpu, extended_resource: bool = False) -> dict[str, dict[str, Any]]:
     props = gpu.properties
     integrated = gpu.backend == "tegra"
     out: dict[str, dict[str, Any]] = {
         "type": {"string": "gpu"},
         "index": {"int": gpu.index},
-        "productName": {"string": gpu.name},
+        "productName": {"string": fit(gpu.name)},
         "integrated": {"bool": integrated},
         "extendedResource": {"bool": extended_resource},
     }
@@ -98,10 +108,10 @@ def attributes(gpu: Gpu, extended_resource: bool = False) -> dict[str, dict[str,
     if integrated:
         strings.update(chip=props.get("chip", ""), model=props.get("model", ""))
         versions["l4tRelease"] = props.get("l4t", "")
-    out.update({key: {"string": value} for key, value in strings.items() if value})
+    out.update({key: {"string": fit(value)} for key, value in strings.items() if value})
     out.update({key: {"version": semver(value)} for key, value in versions.items() if semver(value)})
     if props.get("pci_bus_id"):
-        out[PCI_BUS_ID] = {"string": props["pci_bus_id"]}
+        out[PCI_BUS_ID] = {"string": fit(props["pci_bus_id"])}
     if gpu.numa_node is not None:
         out[NUMA_NODE] = {"int": gpu.numa_node}
     return out
