@@ -10,7 +10,8 @@ reads as it would for theirs. Ours besides: `index` (the discovery index), `inte
 iGPU shares the CPU's memory), `extendedResource` (true where the node's allocation API is `both`:
 the DeviceClass mapping `nvidia.com/gpu` onto DRA selects these), and on a Jetson `chip` (T210, T234,
 T264), `l4tRelease` (version) and `model` (the board). An attribute whose value we do not know is
-left out, not guessed: a CEL selector on it then matches no device of ours rather than a wrong one.
+left out, not guessed (a selector reading it fails on that device, which the scheduler reports,
+rather than matching a wrong one); string values are cut to the API's 64 bytes.
 
 Capacity `memory` is the memory the GPU can address: a dGPU's own; on a Jetson the system's RAM,
 shared with the CPU and every process on the board, so it is a budget the scheduler divides
