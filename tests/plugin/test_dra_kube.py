@@ -20,7 +20,7 @@ from gpu_device_plugin.cli import dra as dra_cli
 from gpu_device_plugin.config.settings import ConfigError
 from gpu_device_plugin.dra import options
 from gpu_device_plugin.dra.cluster import Cluster
-from gpu_device_plugin.dra.http1 import Connection, HttpError
+from gpu_device_plugin.dra.http1 import HttpConnection, HttpError
 from gpu_device_plugin.dra.kube import ApiError, KubeClient, KubeconfigError, load_kubeconfig, parse_kubeconfig
 
 
@@ -170,7 +170,7 @@ def test_chunked_and_close_delimited_bodies_are_read_whole() -> None:
 
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
-        connection = Connection("127.0.0.1", port, None, 5)
+        connection = HttpConnection("127.0.0.1", port, None, 5)
         first = connection.send("GET", "/x", {}, None)
         assert connection.read_body(first) == b'{"a": 1}' and connection.reusable
         second = connection.send("GET", "/y", {}, None)
@@ -191,7 +191,7 @@ def test_a_response_that_breaks_http_framing_is_an_error_naming_it() -> None:
                 conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
 
         threading.Thread(target=serve, daemon=True).start()
-        connection = Connection("127.0.0.1", listener.getsockname()[1], None, 5)
+        connection = HttpConnection("127.0.0.1", listener.getsockname()[1], None, 5)
         with pytest.raises(HttpError, match="not an HTTP/1.1 status line"):
             connection.send("GET", "/", {}, None)
         connection.close()

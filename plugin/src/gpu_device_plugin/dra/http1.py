@@ -30,7 +30,7 @@ class Response:
         self.headers = headers  # names lowercased; a repeated field keeps its last value
 
 
-class Connection:
+class HttpConnection:
     def __init__(self, host: str, port: int, context: ssl.SSLContext | None, timeout: float | None,
                  server_name: str = "") -> None:
         sock = socket.create_connection((host, port), timeout=timeout)

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from ..config import cache
-from .http1 import Connection, HttpError, Response
+from .http1 import HttpConnection, HttpError, Response
 
 
 class KubeconfigError(ValueError):
@@ -172,10 +172,10 @@ class KubeClient:
             raise KubeconfigError(f"{config.path}: cannot load its certificates ({exc}): check the CA and the "
                                   "client certificate and key it names") from None
         self._lock = threading.Lock()
-        self._connection: Connection | None = None
+        self._connection: HttpConnection | None = None
 
-    def _connect(self, timeout: float | None) -> Connection:
-        return Connection(self._host, self._port, self._context, timeout, self.config.tls_server_name)
+    def _connect(self, timeout: float | None) -> HttpConnection:
+        return HttpConnection(self._host, self._port, self._context, timeout, self.config.tls_server_name)
 
     def _headers(self, body: bytes | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": "gpu-dra-driver"}
@@ -258,7 +258,7 @@ def _decode(status: int, reason: str, payload: bytes, method: str, path: str) ->
 class ApiWatch:
     """The events of one watch, as (type, object) pairs, until the server ends it or `close()`."""
 
-    def __init__(self, connection: Connection, response: Response) -> None:
+    def __init__(self, connection: HttpConnection, response: Response) -> None:
         self._connection = connection
         self._response = response
         self.closed = False
