@@ -210,7 +210,7 @@ def metrics_command(settings: Settings, prometheus: bool = False, nvml_module: A
     """Discover as the plugin does, read every GPU's metrics once, print them; 1 when there is no GPU."""
     from ..metrics.podresources import socket_beside
     from ..metrics.table import format_table
-    from ..metrics.telemetry import LIST_TIMEOUT_S, Telemetry, make_collectors
+    from ..metrics.telemetry import LIST_TIMEOUT_S, Telemetry, make_collectors, plugin_mappers
 
     choice, gpus, error = _discover_once(settings)
     why = error or choice.reason
@@ -219,6 +219,7 @@ def metrics_command(settings: Settings, prometheus: bool = False, nvml_module: A
         return 1
     telemetry = Telemetry(lambda: make_collectors(gpus, settings.host_root, nvml_module=nvml_module),
                           [gpu.id for gpu in gpus], socket_beside(settings.kubelet_socket),
+                          mappers=plugin_mappers(settings, gpus),
                           wait=LIST_TIMEOUT_S + 1)  # one read for a person: wait for the kubelet's answer
     try:
         if prometheus:
