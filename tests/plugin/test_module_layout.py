@@ -38,8 +38,11 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     # the thin servicer: protobuf to the core and back
     "service": frozenset({"model", "api", "core", "config.settings", "cdi", "host", "observability.logs"}),
     # telemetry: collectors per source, the kubelet's PodResources through our own client
-    "metrics": frozenset({"model", "api", "config.settings", "core.policy", "discovery", "observability.node"}),
-    "doctor": frozenset({"model", "config", "core", "discovery", "health", "cdi"}),
+    # (and the DRA driver's device names and default name, to read its claims from PodResources)
+    "metrics": frozenset({"model", "api", "config.settings", "core.policy", "discovery", "observability.node",
+                          "dra.settings", "dra.attributes"}),
+    # the node doctor reads what each part leaves on the node (the DRA driver's paths and checkpoint)
+    "doctor": frozenset({"model", "config", "core", "discovery", "health", "cdi", "dra.settings", "dra.checkpoint"}),
     # the kubelet session drives the service, the core, CDI, reload and what systemd sees
     "session": frozenset({"__init__", "model", "api", "config.settings", "config.reload_policy", "core", "cdi",
                           "health.base", "host", "observability", "service", "metrics.telemetry"}),
