@@ -111,10 +111,14 @@ def test_plugin_recipe_runtime_depends_on_hpack_and_pyyaml_not_grpcio():
 def test_plugin_recipe_installs_and_enables_the_unit():
     bb = parse(plugin_recipe())
     assert "systemd" in bb.inherits
-    assert bb.value("SYSTEMD_SERVICE", "${PN}") == "gpu-device-plugin.service"
+    assert bb.value("SYSTEMD_SERVICE", "${PN}") == "gpu-device-plugin.service gpu-dra-driver.service"
     assert bb.values("SYSTEMD_AUTO_ENABLE", "${PN}")[-1].value == "enable"
     install = bb.tasks["do_install:append"]
     assert "${S}/systemd/gpu-device-plugin.service" in install
+    assert "${S}/systemd/gpu-dra-driver.service" in install
+    assert (REPO / "plugin/systemd/gpu-dra-driver.service").exists()
+    # the DeviceClasses go where gpu-k8s-k3s-manifests.service hands them to k3s's auto-deploy
+    assert "${S}/deploy/gpu-dra.yaml ${D}${datadir}/gpu-k8s/k3s-manifests/" in install
     assert "${systemd_system_unitdir}" in install
     assert (REPO / "plugin/systemd/gpu-device-plugin.service").exists()
     assert "${sysconfdir}/gpu-device-plugin/config.yaml" in install

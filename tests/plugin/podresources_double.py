@@ -39,7 +39,12 @@ MESSAGES: dict[str, list[tuple[str, int, int, int, str]]] = {
     "NUMANode": [("ID", 1, INT64, OPTIONAL, "")],
     "ContainerDevices": [("resource_name", 1, STRING, OPTIONAL, ""), ("device_ids", 2, STRING, REPEATED, ""),
                          ("topology", 3, MESSAGE, OPTIONAL, "TopologyInfo")],
-    "DynamicResource": [("claim_name", 2, STRING, OPTIONAL, ""), ("claim_namespace", 3, STRING, OPTIONAL, "")],
+    "DynamicResource": [("claim_name", 2, STRING, OPTIONAL, ""), ("claim_namespace", 3, STRING, OPTIONAL, ""),
+                        ("claim_resources", 4, MESSAGE, REPEATED, "ClaimResource")],
+    "ClaimResource": [("cdi_devices", 1, MESSAGE, REPEATED, "CDIDevice"), ("driver_name", 2, STRING, OPTIONAL, ""),
+                      ("pool_name", 3, STRING, OPTIONAL, ""), ("device_name", 4, STRING, OPTIONAL, ""),
+                      ("share_id", 5, STRING, OPTIONAL, "")],
+    "CDIDevice": [("name", 1, STRING, OPTIONAL, "")],
 }
 
 
@@ -64,9 +69,19 @@ def _classes() -> dict[str, Any]:
 CLASSES = _classes()
 
 
+class Claim(NamedTuple):
+    """A DRA claim a container uses, with one allocated device."""
+
+    name: str
+    driver: str
+    pool: str
+    device: str
+
+
 class Container(NamedTuple):
     name: str
     devices: dict[str, Sequence[str]]  # resource name -> device IDs
+    claims: Sequence[Claim] = ()
 
 
 class Pod(NamedTuple):
@@ -83,6 +98,11 @@ def list_response(pods: Sequence[Pod]) -> Any:
             entry = message.containers.add(name=container.name, cpu_ids=[2, 3])
             entry.memory.add(memory_type="memory", size=1 << 30).topology.nodes.add(ID=0)
             entry.dynamic_resources.add(claim_name="unrelated", claim_namespace=pod.namespace)
+            for claim in container.claims:
+                dynamic = entry.dynamic_resources.add(claim_name=claim.name, claim_namespace=pod.namespace)
+                resource = dynamic.claim_resources.add(driver_name=claim.driver, pool_name=claim.pool,
+                                                       device_name=claim.device, share_id="7a4c")
+                resource.cdi_devices.add(name=f"k8s.{claim.driver}/claim={claim.name}-{claim.device}")
             for resource, ids in container.devices.items():
                 devices = entry.devices.add(resource_name=resource, device_ids=list(ids))
                 devices.topology.nodes.add(ID=0)

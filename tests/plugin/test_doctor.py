@@ -155,13 +155,14 @@ def test_nano_set_up_as_the_image_does_passes_every_check(nano: Node) -> None:
     # the discrete GPU's driver and the toolkit's CDI spec do not apply to a Nano (toolkit 1.0.5, no CDI)
     nvidia = ("NVIDIA driver", "NVIDIA CDI spec", "NVIDIA data-centre services", "NVIDIA container toolkit")
     assert [got[n].status for n in nvidia] == [SKIP, SKIP, SKIP, SKIP]
-    failing = [c for c in checks if c.status != PASS and c.name not in nvidia + ("GPU isolation",)]
+    assert got["DRA driver"].status == SKIP  # the image's default: the device plugin hands out the GPU
+    failing = [c for c in checks if c.status != PASS and c.name not in nvidia + ("GPU isolation", "DRA driver")]
     assert failing == []
     # the Nano's runtime cannot refuse NVIDIA_VISIBLE_DEVICES: a warning that names the limit, not a failure
     assert got["GPU isolation"].status == WARN and "toolkit 1.0.5" in got["GPU isolation"].detail
     assert exit_code(checks) == 0
     assert list(got) == ["config file", "discovery", "device nodes", "kubelet socket", "plugin socket",
-                         "kubelet checkpoint", "k3s config", "container runtime", "GPU isolation",
+                         "kubelet checkpoint", "k3s config", "DRA driver", "container runtime", "GPU isolation",
                          "runtime CSV files", "NVIDIA driver", "NVIDIA CDI spec", "NVIDIA data-centre services",
                          "NVIDIA container toolkit"]
     assert "Tegra X1 (T210)" in got["discovery"].detail
@@ -618,3 +619,68 @@ def test_report_and_exit_code() -> None:
 def test_check_rejects_an_unknown_status() -> None:
     with pytest.raises(ValueError, match="pass, warn, fail, skip"):
         Check("x", "ok", "detail")
+
+
+# -- the DRA driver --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dra_node(nano: Node) -> Iterator[tuple[Node, Path]]:
+    """The Nano as a DRA node: k3s on its containerd (the image's renderer, runtime containerd), a
+    kubelet root of its own with the driver's default paths under it."""
+    spec = importlib.util.spec_from_file_location("gpu_k8s_k3s_config", K3S_CONFIG_RENDERER)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    shutil.rmtree(nano.root / "etc/rancher/k3s/config.yaml.d")
+    for name, text in module.render(module.Knobs(runtime="containerd", nvidia_runtime=True)).items():
+        write(nano.root, f"/etc/rancher/k3s/config.yaml.d/{name}", text)
+    kubelet_root = Path(tempfile.mkdtemp(prefix="kl", dir="/tmp"))
+    try:
+        yield nano, kubelet_root
+    finally:
+        shutil.rmtree(kubelet_root, ignore_errors=True)
+
+
+def serve_at(node: Node, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.listen(4)
+    node.sockets.append(sock)
+
+
+def test_the_dra_check_stays_out_of_a_device_plugin_node(nano: Node) -> None:
+    got = nano.run()
+    assert got["DRA driver"].status == SKIP and "allocationApi is device-plugin" in got["DRA driver"].detail
+    assert got["plugin socket"].status == PASS
+
+
+def test_a_dra_node_reports_the_driver_s_sockets_and_prepared_claims(dra_node: tuple[Node, Path]) -> None:
+    node, kubelet_root = dra_node
+    settings = dict(kubelet_socket=str(kubelet_root / "device-plugins/kubelet.sock"), allocation_api="dra")
+    got = node.run(**settings)
+    dra = got["DRA driver"]
+    assert dra.status == FAIL and dra.fix == "is gpu-dra-driver.service running? journalctl -u gpu-dra-driver"
+    assert f"{kubelet_root}/plugins_registry/gpu.meta-gpu-k8s.io-reg.sock is missing" in dra.detail
+    assert f"{kubelet_root}/plugins/gpu.meta-gpu-k8s.io/dra.sock is missing" in dra.detail
+    # the device plugin registers nothing on a DRA node: its socket is not a problem there
+    assert got["plugin socket"].status == SKIP
+
+    serve_at(node, kubelet_root / "plugins_registry/gpu.meta-gpu-k8s.io-reg.sock")
+    serve_at(node, kubelet_root / "plugins/gpu.meta-gpu-k8s.io/dra.sock")
+    (kubelet_root / "plugins/gpu.meta-gpu-k8s.io/checkpoint.json").write_text(json.dumps(
+        {"version": 1, "claims": {"uid-1": {}, "uid-2": {}}}))
+    dra = node.run(**settings)["DRA driver"]
+    assert dra.status == PASS and "2 prepared claim(s)" in dra.detail, dra
+    both = node.run(**{**settings, "allocation_api": "both"})["DRA driver"]
+    assert both.status == PASS and "nvidia.com/gpu requests through DRA" in both.detail
+
+    (kubelet_root / "plugins/gpu.meta-gpu-k8s.io/checkpoint.json").write_text("{not json")
+    assert node.run(**settings)["DRA driver"].status == WARN
+
+
+def test_a_dra_node_whose_k3s_runs_docker_fails_naming_the_runtime_fix(nano: Node) -> None:
+    dra = nano.run(allocation_api="dra")["DRA driver"]
+    assert dra.status == FAIL and "docker: true" in dra.detail and "cri-dockerd" in dra.detail
+    assert 'GPU_K8S_K3S_RUNTIME = "containerd"' in dra.fix

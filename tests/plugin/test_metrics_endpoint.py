@@ -22,7 +22,7 @@ from gpu_device_plugin.health.nvml import NvmlHealthMonitor
 from gpu_device_plugin.health.tegra import TegraHealthMonitor
 from gpu_device_plugin.session.daemon import Daemon
 from helpers import RunningDaemon, short_tempdir, wait_until
-from podresources_double import Container, Pod, PodResourcesDouble
+from podresources_double import Claim, Container, Pod, PodResourcesDouble
 from telemetry_trees import NANO, ORIN, THOR, jetson_gpu
 
 
@@ -186,3 +186,26 @@ def test_the_metrics_command_without_a_gpu_says_why_and_fails(capsys: pytest.Cap
                                                                tmp_path: Path, no_plugin_env: None) -> None:
     assert cli.main(["metrics", "--device-discovery-strategy", "tegra", "--host-root", str(tmp_path)]) == 1
     assert capsys.readouterr().out.startswith("no GPU: tegra: no Tegra SoC")
+
+
+def test_on_a_dra_node_the_gpu_series_carry_the_claim_of_the_pod_that_holds_it(
+        kubelet_root: Path, pod_resources: PodResourcesDouble, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """allocationApi dra: the plugin advertises nothing, yet /metrics reads the Orin it did not
+    register (the DRA driver hands it out) and labels it from the claim PodResources lists."""
+    monkeypatch.setenv("NODE_NAME", "orin-1")
+    gpu = jetson_gpu(ORIN)
+    pod_resources.pods = [Pod("infer-0", "vision", [Container("model", {}, [
+        Claim("camera-gpu", "gpu.meta-gpu-k8s.io", "orin-1", "gpu-0")])])]
+    daemon = Daemon(settings_for(kubelet_root, host_root=str(ORIN), device_discovery_strategy="tegra",
+                                 allocation_api="dra"), [], None, environ={}, metered_gpus=[gpu])
+    with RunningDaemon(daemon):
+        assert wait_until(lambda: 'pod="infer-0"' in scrape(daemon))
+        text = scrape(daemon)
+    (line,) = series(text, "DCGM_FI_DEV_SM_CLOCK")
+    assert 'UUID="tegra-t234-igpu0"' in line and line.endswith(" 624.75")
+    for label in ('container="model"', 'dra_claim_name="camera-gpu"', 'dra_claim_namespace="vision"',
+                  'dra_device_name="gpu-0"', 'dra_driver_name="gpu.meta-gpu-k8s.io"', 'dra_pool_name="orin-1"',
+                  'namespace="vision"', 'pod="infer-0"'):
+        assert label in line, (label, line)
+    assert 'gpu_device_plugin_devices{resource="nvidia.com/gpu",health="healthy",Hostname="orin-1"} 0' in text
+    assert "DCGM_FI_DEV_XID_ERRORS{" not in text  # no health monitor in the plugin there: the driver runs it

@@ -12,14 +12,23 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
+from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.metrics.attribution import Holder, holders_by_gpu, physical_id
 from gpu_device_plugin.metrics.collector import GpuLabels, GpuSample
 from gpu_device_plugin.metrics.pod_mapping import PodMapping, backoff
 from gpu_device_plugin.metrics.podresources import PodResourcesError, list_pods, socket_beside
 from gpu_device_plugin.metrics.table import format_table
-from gpu_device_plugin.metrics.telemetry import OUR_RESOURCES, Telemetry, device_plugin_mapper, kubelet_holders
+from gpu_device_plugin.metrics.telemetry import (
+    OUR_RESOURCES,
+    Telemetry,
+    device_plugin_mapper,
+    dra_mapper,
+    kubelet_holders,
+    plugin_mappers,
+)
+from gpu_device_plugin.model import Gpu
 from helpers import short_tempdir, wait_until
-from podresources_double import Container, GoawayKubelet, Pod, PodResourcesDouble
+from podresources_double import Claim, Container, GoawayKubelet, Pod, PodResourcesDouble
 
 GPU_A, GPU_B = "GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-1111-2222-3333-444444444444"
 
@@ -241,3 +250,52 @@ def test_one_list_feeds_every_source_of_holders_merged_as_a_dra_driver_will_plug
         'container="main",namespace="ml",pod="train-0"} 0.5',
         'container="main",dra_claim_name="gpu-claim",namespace="ml",pod="claimed"} 0.5']
     assert 'modelName="m",Hostname="n"} 5' in text  # two holders: the GPU's series name neither
+
+
+def _gpu(index: int, uuid: str) -> Gpu:
+    return Gpu(id=uuid, index=index, name="g", backend="nvml")
+
+
+def test_claims_of_our_dra_driver_label_their_gpu_with_the_claim_and_shares_split_a_shared_claim(
+        pod_resources: PodResourcesDouble) -> None:
+    """PodResources' dynamic_resources, as the kubelet lists a DRA driver's prepared claims: our
+    driver's devices (gpu-<index>) map to their GPU with dcgm-exporter's dra_* labels; another
+    driver's device of the same name, and a device we do not have, never match."""
+    ours = "gpu.meta-gpu-k8s.io"
+    pod_resources.pods = [
+        Pod("infer-0", "ml", [Container("main", {}, [Claim("shared", ours, "node-1", "gpu-1")])]),
+        Pod("infer-1", "ml", [Container("main", {}, [Claim("shared", ours, "node-1", "gpu-1"),
+                                                     Claim("nic", "net.example.com", "node-1", "gpu-0")])]),
+        Pod("stray", "ml", [Container("main", {}, [Claim("gone", ours, "node-1", "gpu-7")])]),
+    ]
+    gpus = [_gpu(0, GPU_A), _gpu(1, GPU_B)]
+    holders = kubelet_holders(pod_resources.socket_path, [dra_mapper(ours, gpus)])
+    labels = (("dra_claim_name", "shared"), ("dra_claim_namespace", "ml"), ("dra_driver_name", ours),
+              ("dra_pool_name", "node-1"), ("dra_device_name", "gpu-1"))
+    assert holders == {GPU_B: [Holder("infer-0", "ml", "main", extra=labels),
+                               Holder("infer-1", "ml", "main", extra=labels)]}
+
+    class GpuB:
+        name = "b"
+
+        def collect(self) -> list[GpuSample]:
+            return [GpuSample(GpuLabels("1", GPU_B, "nvidia1", "m", "0000:01:00.0"),
+                              {"DCGM_FI_DEV_GPU_UTIL": 8.0})]
+
+    telemetry = Telemetry(lambda: [GpuB()], [GPU_B], None, node="n", wait=30,
+                          read_holders=lambda: kubelet_holders(pod_resources.socket_path, [dra_mapper(ours, gpus)]))
+    shares = [line for line in telemetry.render().splitlines() if line.startswith("gpu_device_plugin_pod_gpu_share{")]
+    assert len(shares) == 2 and all(line.endswith("} 0.5") for line in shares), shares
+    assert all('dra_claim_name="shared"' in line and 'dra_device_name="gpu-1"' in line for line in shares)
+
+
+def test_the_node_s_allocation_api_picks_whose_holders_the_metrics_read(pod_resources: PodResourcesDouble) -> None:
+    """A node on the device plugin reads nvidia.com/gpu devices; on dra or both, the claims."""
+    ours = "gpu.meta-gpu-k8s.io"
+    pod_resources.pods = [Pod("a", "ml", [Container("main", {"nvidia.com/gpu": [GPU_A]})]),
+                          Pod("b", "ml", [Container("main", {}, [Claim("c", ours, "node-1", "gpu-0")])])]
+    gpus = [_gpu(0, GPU_A)]
+    for api, pod in (("device-plugin", "a"), ("dra", "b"), ("both", "b")):
+        mappers = plugin_mappers(Settings(allocation_api=api), gpus)
+        held = kubelet_holders(pod_resources.socket_path, mappers)
+        assert [h.pod for h in held[GPU_A]] == [pod], api

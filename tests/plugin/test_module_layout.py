@@ -38,13 +38,20 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     # the thin servicer: protobuf to the core and back
     "service": frozenset({"model", "api", "core", "config.settings", "cdi", "host", "observability.logs"}),
     # telemetry: collectors per source, the kubelet's PodResources through our own client
-    "metrics": frozenset({"model", "api", "config.settings", "core.policy", "discovery", "observability.node"}),
-    "doctor": frozenset({"model", "config", "core", "discovery", "health", "cdi"}),
+    # (and the DRA driver's device names and default name, to read its claims from PodResources)
+    "metrics": frozenset({"model", "api", "config.settings", "core.policy", "discovery", "observability.node",
+                          "dra.settings", "dra.attributes"}),
+    # the node doctor reads what each part leaves on the node (the DRA driver's paths and checkpoint)
+    "doctor": frozenset({"model", "config", "core", "discovery", "health", "cdi", "dra.settings", "dra.checkpoint"}),
     # the kubelet session drives the service, the core, CDI, reload and what systemd sees
     "session": frozenset({"__init__", "model", "api", "config.settings", "config.reload_policy", "core", "cdi",
                           "health.base", "host", "observability", "service", "metrics.telemetry"}),
+    # the DRA driver: the same GPUs (discovery's values, health's contract, CDI's edits) on the kubelet's
+    # DRA API and the API server; of the device plugin's session only the signal handling
+    "dra": frozenset({"model", "api", "config.settings", "config.cache", "cdi", "health.base", "host",
+                      "observability.sdnotify", "session.signals"}),
     "cli": frozenset({"__init__", "model", "config", "core", "discovery", "health", "observability", "session",
-                      "doctor", "metrics"}),
+                      "doctor", "metrics", "dra"}),
     "__main__": frozenset({"cli"}),
 }
 
@@ -118,7 +125,8 @@ def test_the_policy_core_does_no_io() -> None:
 
 def test_only_the_command_line_starts_a_session() -> None:
     users = {module for module, imported in graph().items()
-             if part_of(module) != "session" and any(part_of(m) == "session" for m in imported)}
+             if part_of(module) != "session" and any(part_of(m) == "session" and m != f"{NAME}.session.signals"
+                                                     for m in imported)}
     assert users == {f"{NAME}.cli.serve"}
 
 

@@ -43,7 +43,8 @@ def probe_json(tmp_path: Path, installed: list[str], overrides: list[str], arch:
 
 
 MAIN_JETSON_CLOSURE = ["docker-ce", "k3s", "k3s-server", "gpu-device-plugin", "python3-hpack",
-                       "python3-pyyaml", "gpu-k8s-docker-config", "nvidia-container-runtime",
+                       "python3-pyyaml", "python3-netclient", "python3-io", "gpu-k8s-docker-config",
+                       "nvidia-container-runtime",
                        "nvidia-container-toolkit", "libnvidia-container-tools"]
 
 
@@ -99,7 +100,7 @@ def test_main_jetson_closure_is_reported_with_the_missing_driver(
                        "tegra-libraries-cuda-container-csv", "cuda-cudart"}
     out = capsys.readouterr().out
     assert "MISSING  kernel-module-nvgpu: the GPU driver" in out
-    assert "5 of 15 required pieces missing" in out
+    assert "5 of 17 required pieces missing" in out
     (call,) = stand_ins.calls("kas")
     assert call["argv"][:2] == ["shell", "kas/jetson-nano.yml"]
 
@@ -131,7 +132,8 @@ def test_check_image_says_before_kas_runs_that_the_build_lacks_signing_keys(
 
 
 X86_CPU_CLOSURE = ["docker-moby", "k3s", "k3s-server", "gpu-device-plugin", "python3-hpack",
-                   "python3-pyyaml", "gpu-k8s-docker-config", "kernel-module-br-netfilter", "kernel-module-ip-set",
+                   "python3-pyyaml", "python3-netclient", "python3-io", "gpu-k8s-docker-config",
+                   "kernel-module-br-netfilter", "kernel-module-ip-set",
                    "kernel-module-ip-set-hash-ip", "kernel-module-ip-set-hash-net", "kernel-module-xt-set"]
 
 

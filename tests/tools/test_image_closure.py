@@ -23,7 +23,7 @@ from bbfile import parse  # noqa: E402
 TEGRA_MACHINE_EXTRA_RDEPENDS = ("tegra-nvpmodel", "tegra-nvphs", "tegra-nvs-service", "tegra-nvstartup",
                                 "tegra-configs-udev")
 TEGRA_MACHINE_EXTRA_RRECOMMENDS = ("kernel-module-nvgpu", "kernel-module-tegra-udrm")
-PLUGIN_RDEPENDS = ("python3-hpack", "python3-pyyaml", "python3-core")
+PLUGIN_RDEPENDS = ("python3-hpack", "python3-pyyaml", "python3-core", "python3-netclient", "python3-io")
 MAIN_IMAGE_INSTALL = ("packagegroup-core-boot", "packagegroup-gpu-k8s")  # before issue 8
 
 
@@ -113,7 +113,8 @@ def world(tegra: bool, group_rdepends=None, group_rrecommends=None, k3s_recommen
                             else META_VIRT_K3S_RECOMMENDS + req.k3s_module_packages()}),
         recipe("ipset"),
         recipe("gpu-device-plugin", rdepends={"gpu-device-plugin": PLUGIN_RDEPENDS}),
-        recipe("python3-hpack"), recipe("python3-pyyaml"), recipe("python3", packages=["python3-core"]),
+        recipe("python3-hpack"), recipe("python3-pyyaml"),
+        recipe("python3", packages=["python3-core", "python3-netclient", "python3-io"]),
         recipe("gpu-k8s-docker-config"), recipe("gpu-k8s-k3s-config"), recipe("gpu-k8s-preload-images"),
     ]
     if tegra:

@@ -14,7 +14,7 @@ ORIN_OVERRIDES = ["aarch64", "armv8-2a", "cuda", "tegra", "tegra234", "orin-nano
                   "jetson-orin-nano-devkit-nvme"]
 NANO_OVERRIDES = ["aarch64", "armv8a", "tegra210", "cuda", "tegra", "jetson-nano-devkit"]
 COMMON = ["docker-moby", "k3s", "k3s-server", "gpu-device-plugin", "python3-hpack",
-          "python3-pyyaml", "gpu-k8s-docker-config"]
+          "python3-pyyaml", "python3-netclient", "python3-io", "gpu-k8s-docker-config"]
 ORIN_GPU = ["nv-kernel-module-nvgpu", "nv-kernel-module-nvmap", "nv-kernel-module-host1x", "tegra-firmware-tegra234",
             "tegra-configs-udev", "tegra-libraries-cuda", "nvidia-container-toolkit", "libnvidia-container-tools",
             "tegra-configs-container-csv", "tegra-container-passthrough", "gpu-k8s-nvidia-runtime-config",
@@ -59,7 +59,7 @@ def test_the_nanos_closure_on_an_orin_misses_the_orin_driver_and_says_why() -> N
                        "gpu-k8s-nvidia-runtime-config", "nv-tegra-release"]
     report = "\n".join(check_image.report(probe, findings))
     assert "MISSING  nv-kernel-module-nvgpu: the Orin GPU driver, built out of tree by nvidia-kernel-oot" in report
-    assert "(jetson, jetson-orin)" in report and "8 of 27 required pieces missing" in report
+    assert "(jetson, jetson-orin)" in report and "8 of 29 required pieces missing" in report
 
 
 def test_a_builtin_nvgpu_satisfies_the_driver_after_a_build() -> None:

@@ -22,7 +22,7 @@ THOR_OVERRIDES = ["aarch64", "armv9a", "cuda", "tegra", "tegra264", "jetson-agx-
 T4000_OVERRIDES = ["aarch64", "armv9a", "cuda", "tegra", "tegra264", "jetson-agx-thor-t4000"]
 ORIN_OVERRIDES = ["aarch64", "armv8-2a", "cuda", "tegra", "tegra234", "orin-nano", "jetson-orin-nano-devkit-nvme"]
 COMMON = ["docker-moby", "k3s", "k3s-server", "gpu-device-plugin", "python3-hpack", "python3-pyyaml",
-          "gpu-k8s-docker-config"]
+          "python3-netclient", "python3-io", "gpu-k8s-docker-config"]
 # Package names as meta-tegra wrynose 727633de makes them: nvidia-kernel-oot's nv- prefixed
 # module packages (TEGRA_OOT_DISPLAY_DRIVERS, TEGRA_OOT_COMPUTE_DRIVERS, TEGRA_OOT_BASE_DRIVERS),
 # tegra-firmware's tegra264 package, tegra-configs' display-driver package.

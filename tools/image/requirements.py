@@ -124,7 +124,15 @@ def _common(role: str | None = None) -> list[Requirement]:
         Requirement(("k3s",), "the Kubernetes node itself"),
         _k3s_unit(role),
         Requirement(("gpu-device-plugin",),
-                    "advertises nvidia.com/gpu to the kubelet; without it GPU pods stay Pending"),
+                    "advertises nvidia.com/gpu to the kubelet, and carries the DRA driver (gpu-dra-driver.service, "
+                    "docs/dra.md) that offers the GPUs by ResourceClaim where allocationApi is dra or both; without "
+                    "it GPU pods stay Pending"),
+        Requirement(("python3-netclient",),
+                    "the DRA driver's API-server client (urllib's URL parsing, base64 for the kubeconfig's "
+                    "certificates): without it gpu-dra-driver.service does not start"),
+        Requirement(("python3-io",),
+                    "ssl and socket: the DRA driver's TLS connection to the API server with the node's k3s "
+                    "credential"),
         Requirement(("python3-hpack",),
                     "the plugin's gRPC header compression (HPACK); it does not start without it"),
         Requirement(("python3-pyyaml",), "the plugin reads its config file with it"),

@@ -26,15 +26,22 @@ PACKAGE_ARCH = "${MACHINE_ARCH}"
 
 do_install:append() {
     install -d ${D}${systemd_system_unitdir}
-    install -m 0644 ${S}/systemd/gpu-device-plugin.service ${D}${systemd_system_unitdir}/
+    install -m 0644 ${S}/systemd/gpu-device-plugin.service ${S}/systemd/gpu-dra-driver.service \
+        ${D}${systemd_system_unitdir}/
+    # the DRA driver's DeviceClasses and admission policy: k3s auto-deploys them on servers
+    # (gpu-k8s-k3s-manifests.service copies this directory into its manifests at boot)
+    install -d ${D}${datadir}/gpu-k8s/k3s-manifests
+    install -m 0644 ${S}/deploy/gpu-dra.yaml ${D}${datadir}/gpu-k8s/k3s-manifests/
     install -d ${D}${sysconfdir}/gpu-device-plugin
     install -m 0644 ${UNPACKDIR}/gpu-device-plugin.yaml ${D}${sysconfdir}/gpu-device-plugin/config.yaml
 }
 
+FILES:${PN} += "${datadir}/gpu-k8s/k3s-manifests/gpu-dra.yaml"
 CONFFILES:${PN} = "${sysconfdir}/gpu-device-plugin/config.yaml"
 
 # Stdlib packages per oe-core's python3 manifest: concurrent.futures (asyncio), hashlib (crypt),
 # dataclasses (profile), glob (shell), socket/tempfile (io), http.server (netclient, netserver);
+# the DRA driver's API client: base64, urllib (netclient), socket and ssl (io);
 # nvidia-ml-py (python3-nvidia-ml-py) is optional: the packagegroup adds it with the x86-64 NVIDIA stack.
 # The plugin speaks gRPC with its own HTTP/2 code and wire format: no grpcio or protobuf on
 # the node, only meta-python's hpack for header blocks.
@@ -56,5 +63,5 @@ RDEPENDS:${PN} = " \
     python3-threading \
 "
 
-SYSTEMD_SERVICE:${PN} = "gpu-device-plugin.service"
+SYSTEMD_SERVICE:${PN} = "gpu-device-plugin.service gpu-dra-driver.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"

@@ -16,7 +16,7 @@ PACKAGE = "v1beta1"
 FILE_NAME = "gpu_device_plugin/deviceplugin_v1beta1.proto"
 
 # FieldDescriptorProto's type and label numbers (descriptor.proto), without importing protobuf
-STRING, BOOL, INT32, INT64, MESSAGE = 9, 8, 5, 3, 11
+STRING, BOOL, INT32, INT64, MESSAGE, ENUM = 9, 8, 5, 3, 11, 14
 OPTIONAL, REPEATED = 1, 3
 
 # Constants of the kubelet's v1beta1 contract.
@@ -26,7 +26,8 @@ UNHEALTHY = "Unhealthy"
 DEVICE_PLUGIN_PATH = "/var/lib/kubelet/device-plugins/"
 KUBELET_SOCKET = DEVICE_PLUGIN_PATH + "kubelet.sock"
 
-# (field name, number, type, label, message type name or "" ); "map" marks map<string,string>.
+# (field name, number, type, label, message or enum type name or ""); "map" marks map<string,string>,
+# "map:Name" map<string, Name>.
 MessageFields = list[tuple[str, int, Any, Any, str]]
 MESSAGES: dict[str, MessageFields] = {
     "DevicePluginOptions": [
@@ -103,40 +104,73 @@ def _map_entry_name(field_name: str) -> str:
     return "".join(part.capitalize() for part in field_name.split("_")) + "Entry"
 
 
-def file_descriptor_proto() -> Any:
+MAP = "map"  # type name of a map<string, string> field
+MAP_OF = "map:"  # prefix of a map<string, Message> field's type name: "map:NodePrepareResourceResponse"
+
+
+class Api:
+    """One proto file's declaration: its package, messages (schema.MESSAGES' form) and services
+    (schema.SERVICES' form). Other APIs (the kubelet's DRA, plugin registration) are declared the same way."""
+
+    def __init__(self, package: str, file_name: str, go_package: str, messages: dict[str, MessageFields],
+                 services: dict[str, list[tuple[str, str, str, bool]]],
+                 enums: dict[str, list[tuple[str, int]]] | None = None) -> None:
+        self.package = package
+        self.enums = enums or {}
+        self.file_name = file_name
+        self.go_package = go_package
+        self.messages = messages
+        self.services = services
+
+    def method_path(self, service: str, method: str) -> str:
+        return f"/{self.package}.{service}/{method}"
+
+
+DEVICE_PLUGIN = Api(PACKAGE, FILE_NAME, "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1", MESSAGES, SERVICES)
+
+
+def file_descriptor_proto(api: Api = DEVICE_PLUGIN) -> Any:
     """The whole API as a FileDescriptorProto (what protoc would produce)."""
     from google.protobuf import descriptor_pb2
 
-    fdp = descriptor_pb2.FileDescriptorProto(name=FILE_NAME, package=PACKAGE, syntax="proto3")
-    fdp.options.go_package = "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-    for msg_name, fields in MESSAGES.items():
+    package = api.package
+    fdp = descriptor_pb2.FileDescriptorProto(name=api.file_name, package=package, syntax="proto3")
+    fdp.options.go_package = api.go_package
+    for enum_name, values in api.enums.items():
+        enum = fdp.enum_type.add(name=enum_name)
+        for value_name, number in values:
+            enum.value.add(name=value_name, number=number)
+    for msg_name, fields in api.messages.items():
         msg = fdp.message_type.add(name=msg_name)
         for name, number, ftype, label, type_name in fields:
             field = msg.field.add(name=name, number=number, type=ftype, label=label)
-            if type_name == "map":
+            if type_name == MAP or type_name.startswith(MAP_OF):
                 entry = msg.nested_type.add(name=_map_entry_name(name))
                 entry.options.map_entry = True
                 entry.field.add(name="key", number=1, type=STRING, label=OPTIONAL)
-                entry.field.add(name="value", number=2, type=STRING, label=OPTIONAL)
-                field.type_name = f".{PACKAGE}.{msg_name}.{entry.name}"
+                value = entry.field.add(name="value", number=2, type=STRING, label=OPTIONAL)
+                if type_name.startswith(MAP_OF):
+                    value.type = MESSAGE
+                    value.type_name = f".{package}.{type_name[len(MAP_OF):]}"
+                field.type_name = f".{package}.{msg_name}.{entry.name}"
             elif type_name:
-                field.type_name = f".{PACKAGE}.{type_name}"
-    for svc_name, methods in SERVICES.items():
+                field.type_name = f".{package}.{type_name}"
+    for svc_name, methods in api.services.items():
         svc = fdp.service.add(name=svc_name)
         for method, req, resp, streaming in methods:
-            m = svc.method.add(name=method, input_type=f".{PACKAGE}.{req}", output_type=f".{PACKAGE}.{resp}")
+            m = svc.method.add(name=method, input_type=f".{package}.{req}", output_type=f".{package}.{resp}")
             if streaming:
                 m.server_streaming = True
     return fdp
 
 
-def protobuf_classes() -> dict[str, type]:
+def protobuf_classes(api: Api = DEVICE_PLUGIN) -> dict[str, type]:
     """The messages as protobuf classes (protobuf 3.20 to 7.x)."""
     from google.protobuf import descriptor_pool, message_factory
 
     pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(file_descriptor_proto().SerializeToString())
+    pool.AddSerializedFile(file_descriptor_proto(api).SerializeToString())
     get_class = getattr(message_factory, "GetMessageClass", None)  # protobuf >= 4.22
     factory = None if get_class is not None else message_factory.MessageFactory()  # protobuf 3.20
-    return {name: (get_class or factory.GetPrototype)(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
-            for name in MESSAGES}
+    return {name: (get_class or factory.GetPrototype)(pool.FindMessageTypeByName(f"{api.package}.{name}"))
+            for name in api.messages}

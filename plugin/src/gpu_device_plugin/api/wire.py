@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schema import BOOL, INT32, INT64, MESSAGES, REPEATED, STRING, MessageFields
+from .schema import BOOL, ENUM, INT32, INT64, MAP, MAP_OF, MESSAGES, REPEATED, STRING, MessageFields
 
 
 class DecodeError(ValueError):
@@ -22,8 +22,8 @@ class DecodeError(ValueError):
 
 
 _LENGTH, _VARINT, _FIXED64, _FIXED32 = 2, 0, 1, 5
-# field kinds: how a field is read and written
-_STR, _BOOL, _I32, _I64, _MSG, _MAP = range(6)
+# field kinds: how a field is read and written (_MAP: map<string, string>; _MAP_MSG: map<string, Message>)
+_STR, _BOOL, _I32, _I64, _MSG, _MAP, _MAP_MSG = range(7)
 
 
 class _Field:
@@ -40,8 +40,12 @@ class _Field:
 
 
 def _kind(ftype: Any, type_name: str) -> int:
-    if type_name == "map":
+    if type_name == MAP:
         return _MAP
+    if type_name.startswith(MAP_OF):
+        return _MAP_MSG
+    if ftype == ENUM:  # an enum is an int32 on the wire
+        return _I32
     if type_name:
         return _MSG
     return {STRING: _STR, BOOL: _BOOL, INT32: _I32, INT64: _I64}[ftype]
@@ -53,7 +57,7 @@ _SCALAR_DEFAULTS = {_STR: "", _BOOL: False, _I32: 0, _I64: 0, _MSG: None}
 
 def _default(field: _Field) -> tuple[Any, Any]:
     """(value, factory): repeated fields and maps get a new container per message."""
-    if field.kind == _MAP:
+    if field.kind in (_MAP, _MAP_MSG):
         return None, dict
     if field.repeated:
         return None, list
@@ -145,6 +149,20 @@ def _encode(message: Message, out: bytearray) -> None:
                 out += field.tag
                 out += _varint(len(entry))
                 out += entry
+        elif kind == _MAP_MSG:
+            for key, item in value.items():
+                data = key.encode()
+                nested = bytearray()
+                _encode(item, nested)
+                entry = bytearray(b"\x0a")  # field 1, length-delimited: the key
+                entry += _varint(len(data))
+                entry += data
+                entry += b"\x12"  # field 2, length-delimited: the message
+                entry += _varint(len(nested))
+                entry += nested
+                out += field.tag
+                out += _varint(len(entry))
+                out += entry
         elif value:  # bool, int32, int64: proto3 writes no zero
             out += field.tag
             out += _varint(int(value))
@@ -224,12 +242,46 @@ def _store(message: Message, field: _Field, value: Any) -> None:
         entry = _MapEntry()
         _decode(entry, value)
         getattr(message, field.name)[entry.key] = entry.value
+    elif kind == _MAP_MSG:
+        key, nested = _map_entry(value, message._classes[field.message])
+        getattr(message, field.name)[key] = nested
     elif kind == _BOOL:
         setattr(message, field.name, bool(value))
     else:
         bits = 32 if kind == _I32 else 64
         value &= (1 << bits) - 1
         setattr(message, field.name, value - (1 << bits) if value >> (bits - 1) else value)
+
+
+def _map_entry(data: memoryview, value_class: type[Message]) -> tuple[str, Message]:
+    """One map<string, Message> entry: the key (field 1) and the value (field 2, absent: a default message)."""
+    key, value = "", value_class()
+    pos, end = 0, len(data)
+    while pos < end:
+        tag, pos = _read_varint(data, pos)
+        if tag & 7 == _VARINT:
+            _, pos = _read_varint(data, pos)
+            continue
+        if tag & 7 in (_FIXED64, _FIXED32):
+            pos += 8 if tag & 7 == _FIXED64 else 4
+            continue
+        if tag & 7 != _LENGTH:
+            raise DecodeError(f"invalid wire type {tag & 7} in a map entry")
+        length, pos = _read_varint(data, pos)
+        if pos + length > end:
+            raise DecodeError("truncated map entry")
+        chunk, pos = data[pos:pos + length], pos + length
+        if tag >> 3 == 1:
+            try:
+                key = str(chunk, "utf-8")
+            except UnicodeDecodeError:
+                raise DecodeError("map key is not valid UTF-8") from None
+        elif tag >> 3 == 2:
+            value = value_class()
+            _decode(value, chunk)
+    if pos > end:
+        raise DecodeError("truncated map entry")
+    return key, value
 
 
 def _make(name: str, fields: list[_Field], classes: dict[str, type[Message]]) -> type[Message]:
@@ -251,10 +303,17 @@ def message_classes(messages: dict[str, MessageFields]) -> dict[str, type[Messag
     classes: dict[str, type[Message]] = {}
     for name, fields in messages.items():
         classes[name] = _make(name, [_Field(fname, number, _kind(ftype, type_name),
-                                             label == REPEATED and type_name != "map",
-                                             type_name if type_name != "map" else "")
+                                             label == REPEATED and not type_name.startswith(MAP),
+                                             _nested_name(ftype, type_name))
                                      for fname, number, ftype, label, type_name in fields], classes)
     return classes
+
+
+def _nested_name(ftype: Any, type_name: str) -> str:
+    """The message class a field reads into: its type, a map's value type, nothing for scalars and enums."""
+    if type_name == MAP or ftype == ENUM:
+        return ""
+    return type_name[len(MAP_OF):] if type_name.startswith(MAP_OF) else type_name
 
 
 CLASSES = message_classes(MESSAGES)

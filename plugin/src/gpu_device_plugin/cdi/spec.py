@@ -318,7 +318,12 @@ def spec_path(spec_dir: str, kind: str) -> str:
 def _remove_stale_temps(path: str) -> None:
     # a SIGKILL between creating and renaming the temp file leaves one behind; clear it next time
     directory, base = os.path.split(path)
-    for stale in glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(base)}.*{_TEMP_SUFFIX}")):
+    remove_stale_temps(directory, f".{glob.escape(base)}.*")
+
+
+def remove_stale_temps(directory: str, pattern: str) -> None:
+    """Remove the temporary files (`pattern` + our suffix) a killed writer left in `directory`."""
+    for stale in glob.glob(os.path.join(glob.escape(directory), f"{pattern}{_TEMP_SUFFIX}")):
         with contextlib.suppress(OSError):
             os.unlink(stale)
 
@@ -332,8 +337,14 @@ def write_spec(spec: Mapping[str, Any], spec_dir: str, kind: str) -> str:
     """
     if spec.get("kind") != kind:
         raise ValueError(f"CDI spec kind {spec.get('kind')!r} does not match the kind to write, {kind!r}")
+    return write_spec_file(spec, spec_path(spec_dir, kind))
+
+
+def write_spec_file(spec: Mapping[str, Any], path: str, clean_stale: bool = True) -> str:
+    """`write_spec` under a file name of the caller's (the DRA driver's one spec per claim). `clean_stale`:
+    remove temporary files a killed writer left for this path (a caller writing many files cleans once)."""
     validate_spec(spec)
-    path = spec_path(spec_dir, kind)
+    spec_dir = os.path.dirname(path)
     data = (json.dumps(spec, indent=2, sort_keys=False) + "\n").encode()
     try:
         with open(path, "rb") as f:
@@ -346,7 +357,8 @@ def write_spec(spec: Mapping[str, Any], spec_dir: str, kind: str) -> str:
     tmp = ""
     try:
         os.makedirs(spec_dir, mode=0o755, exist_ok=True)
-        _remove_stale_temps(path)
+        if clean_stale:
+            _remove_stale_temps(path)
         fd, tmp = tempfile.mkstemp(dir=spec_dir, prefix=f".{os.path.basename(path)}.", suffix=_TEMP_SUFFIX)
         try:
             os.fchmod(fd, SPEC_MODE)  # mkstemp makes 0600; runtimes not running as root must read it
@@ -388,8 +400,12 @@ def _fsync_dir(directory: str) -> None:
 
 def remove_spec(spec_dir: str, kind: str) -> bool:
     """Delete our spec (CDI switched off, or shutdown); True if a file was removed."""
-    path = spec_path(spec_dir, kind)
-    _remove_stale_temps(path)
+    return remove_spec_file(spec_path(spec_dir, kind))
+
+
+def remove_spec_file(path: str, clean_stale: bool = True) -> bool:
+    if clean_stale:
+        _remove_stale_temps(path)
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -45,6 +45,10 @@ class ToolkitSpec(NamedTuple):
     devices: Mapping[str, tuple[str, ...]]
     driver_version: str = ""  # from the enable-cuda-compat hook; "" when the spec does not say (CSV mode)
     libraries: int = 0  # spec-wide mounts: the driver libraries a container gets
+    # what the DRA driver copies into a claim's spec: each device's containerEdits, the spec-wide ones
+    device_edits: Mapping[str, Mapping[str, Any]] = {}
+    common_edits: Mapping[str, Any] = {}
+    cdi_version: str = ""
 
 
 class Coverage(NamedTuple):
@@ -81,9 +85,11 @@ def parse_spec(text: str, path: str, mtime: float = 0.0) -> ToolkitSpec:
     if not isinstance(document, dict) or not isinstance(document.get("kind"), str):
         raise ValueError(f"{path} is not a CDI spec (no kind); remove it or regenerate it: {REGENERATE}")
     devices: dict[str, tuple[str, ...]] = {}
+    device_edits: dict[str, dict[str, Any]] = {}
     for device in document.get("devices") or []:
         if isinstance(device, dict) and device.get("name") is not None:
             devices[str(device["name"])] = _node_paths(_edits(device))
+            device_edits[str(device["name"])] = _edits(device)
     common = _edits(document)
     driver = ""
     for hook in common.get("hooks") or []:
@@ -93,7 +99,8 @@ def parse_spec(text: str, path: str, mtime: float = 0.0) -> ToolkitSpec:
                 driver = match.group(1)
     mounts = common.get("mounts")
     return ToolkitSpec(path, document["kind"], mtime, devices, driver,
-                       len(mounts) if isinstance(mounts, list) else 0)
+                       len(mounts) if isinstance(mounts, list) else 0, device_edits, common,
+                       str(document.get("cdiVersion") or ""))
 
 
 def spec_files(root: str, dirs: Sequence[str] = SPEC_DIRS) -> list[str]:

@@ -1,6 +1,6 @@
-"""`gpu-device-plugin`: serve (default), `discover` (what is here and why), `check` (the node
-doctor), `metrics` (the GPU metrics /metrics serves, for a person), `node-labels` (a k3s
-drop-in labelling the node with its GPU), `version`."""
+"""`gpu-device-plugin`: serve (default), `dra` (the DRA driver), `discover` (what is here and why),
+`check` (the node doctor), `metrics` (the GPU metrics /metrics serves, for a person), `node-labels`
+(a k3s drop-in labelling the node with its GPU), `version`."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     names no subcommand)."""
     named = set(argv)
     common: list[argparse.ArgumentParser] = []
-    if named & {"serve", "discover", "check", "metrics", "node-labels"}:
+    if named & {"serve", "dra", "discover", "check", "metrics", "node-labels"}:
         common.append(argparse.ArgumentParser(add_help=False))
         add_config_arguments(common[0], default=argparse.SUPPRESS)
 
@@ -64,6 +64,12 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     add_config_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("serve", parents=parents("serve"), help="serve GPUs to the kubelet (default)")
+    dra = sub.add_parser("dra", parents=parents("dra"),
+                         help="run the DRA driver: ResourceSlices for this node's GPUs, a CDI device per claim")
+    if "dra" in named:  # its flags only when it is named, like the config flags
+        from .dra import add_arguments
+
+        add_arguments(dra)
     discover = sub.add_parser("discover", parents=parents("discover"),
                               help="show which GPUs discovery finds here, and why")
     discover.add_argument("--json", action="store_true", help="machine-readable output")
@@ -123,6 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _to_a_reader(lambda: metrics_command(settings, prometheus=args.prometheus))
     if args.command == "node-labels":
         return node_labels_command(settings, args.output)
+    if args.command == "dra":
+        from .dra import run  # the driver is loaded only to run it
+
+        return run(settings, args)
     from .serve import serve  # the session is loaded only to serve
 
     return serve(settings, lambda: load_settings(args))
@@ -200,7 +210,7 @@ def metrics_command(settings: Settings, prometheus: bool = False, nvml_module: A
     """Discover as the plugin does, read every GPU's metrics once, print them; 1 when there is no GPU."""
     from ..metrics.podresources import socket_beside
     from ..metrics.table import format_table
-    from ..metrics.telemetry import LIST_TIMEOUT_S, Telemetry, make_collectors
+    from ..metrics.telemetry import LIST_TIMEOUT_S, Telemetry, make_collectors, plugin_mappers
 
     choice, gpus, error = _discover_once(settings)
     why = error or choice.reason
@@ -209,6 +219,7 @@ def metrics_command(settings: Settings, prometheus: bool = False, nvml_module: A
         return 1
     telemetry = Telemetry(lambda: make_collectors(gpus, settings.host_root, nvml_module=nvml_module),
                           [gpu.id for gpu in gpus], socket_beside(settings.kubelet_socket),
+                          mappers=plugin_mappers(settings, gpus),
                           wait=LIST_TIMEOUT_S + 1)  # one read for a person: wait for the kubelet's answer
     try:
         if prometheus:

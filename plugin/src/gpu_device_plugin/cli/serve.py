@@ -40,9 +40,30 @@ def make_monitor(settings: Settings, backend_name: str) -> HealthMonitor | None:
     return None
 
 
+def _gpus_for_metrics(settings: Settings) -> list[Gpu]:
+    """The node's GPUs for /metrics alone, on a node whose GPUs the DRA driver hands out (their pods
+    are labelled from the claims PodResources lists); none when discovery fails."""
+    choice = choose(settings)
+    if choice.backend is None:
+        return []
+    try:
+        return choice.backend.discover()
+    except DiscoveryError as exc:
+        log.warning("no GPU telemetry: %s", exc)
+        return []
+
+
 def serve(settings: Settings, load: Callable[[], tuple[Settings, Sequence[str]]]) -> int:
     """Discover, pick the health monitor, run the daemon until SIGTERM; `load` reads the settings anew."""
     log.info("gpu-device-plugin %s starting (discovery: %s)", __version__, settings.device_discovery_strategy)
+    if settings.allocation_api in ("dra", "both"):
+        # one API per GPU: the DRA driver publishes them (docs/dra.md), so nvidia.com/gpu is not registered
+        log.warning("--allocation-api is %s: this node's GPUs go to pods through the DRA driver "
+                    "(gpu-device-plugin dra); registering nothing as %s", settings.allocation_api,
+                    policy.resource_name(settings))
+        metered = _gpus_for_metrics(settings) if settings.metrics_address else []
+        gc.freeze()
+        return Daemon(settings, [], None, reload_settings=lambda: load()[0], metered_gpus=metered).run()
     choice = choose(settings)
     log.info("discovery: %s", choice.reason)
     gpus: list[Gpu] = []

@@ -23,15 +23,18 @@ def cache_dir(environ: Mapping[str, str]) -> str:
     return environ.get("CACHE_DIRECTORY", "").split(":")[0]
 
 
-def document(text: str, parse: Callable[[str], Any], directory: str = "") -> Any:
-    """`parse(text)`, or the document stored for exactly this text in `directory`."""
-    path = os.path.join(directory, FILE_NAME) if directory else ""
+def document(text: str, parse: Callable[[str], Any], directory: str = "", name: str = FILE_NAME,
+             keep: Callable[[Any], bool] = lambda doc: True) -> Any:
+    """`parse(text)`, or the document stored for exactly this text in `directory` under `name` (one
+    file per kind of document: the config file, the DRA driver's kubeconfig). A document `keep`
+    refuses (one holding secrets) is parsed every time, never stored."""
+    path = os.path.join(directory, name) if directory else ""
     if path:
         stored = _read(path)
         if stored is not None and stored.get("text") == text and "document" in stored:
             return stored["document"]
     doc = parse(text)  # a syntax error raises here: nothing is stored for a bad file
-    if path and _survives_json(doc):
+    if path and keep(doc) and _survives_json(doc):
         _write(path, {"text": text, "document": doc})
     return doc
 

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from ..cdi.names import TOOLKIT_KIND, split_kind
 from . import cache
 from .settings import (
+    ALLOCATION_APIS,
     ALLOCATION_POLICIES,
     DEFAULT_RESOURCE,
     DEVICE_ID_STRATEGIES,
@@ -183,6 +184,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("health_recovery_period", "--health-recovery-period", "HEALTH_RECOVERY_PERIOD",
            ("flags", "plugin", "healthRecoveryPeriod"), _seconds,
            "how long an unhealthy GPU must behave before it is Healthy again", "DURATION"),
+    Option("allocation_api", "--allocation-api", "ALLOCATION_API", ("flags", "plugin", "allocationApi"),
+           _choice(ALLOCATION_APIS),
+           "which API gives this node's GPUs to pods: device-plugin (nvidia.com/gpu), dra (ResourceClaims), or "
+           "both (claims, and nvidia.com/gpu served through DRA); the device plugin registers only with "
+           "device-plugin, the DRA driver publishes only with dra or both", "API"),
     Option("log_level", "--log-level", "LOG_LEVEL", ("flags", "plugin", "logLevel"),
            _choice(("debug", "info", "warning", "error")), "debug, info, warning or error", "LEVEL"),
 )

@@ -8,7 +8,7 @@ from .settings import Settings
 
 # Changing these needs a restart; a reload keeps the running values and says so.
 RESTART_FIELDS = ("device_discovery_strategy", "simulated_gpus", "host_root", "kubelet_socket",
-                  "simulated_health_dir", "metrics_address", "health_recovery_period")
+                  "simulated_health_dir", "metrics_address", "health_recovery_period", "allocation_api")
 
 
 class ReloadPlan(NamedTuple):

@@ -11,6 +11,10 @@ DISCOVERY_STRATEGIES = ("auto", "tegra", "nvml", "simulated")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 ALLOCATION_POLICIES = ("distributed", "packed")
+# Which API hands this node's GPUs to pods: the device plugin (nvidia.com/gpu), the DRA driver
+# (claims only), or both through DRA (claims, and nvidia.com/gpu requests mapped onto DRA by the
+# DeviceClass's extendedResourceName): never one GPU through two. docs/dra.md says why the default.
+ALLOCATION_APIS = ("device-plugin", "dra", "both")
 MAX_SIMULATED_GPUS = 64
 MAX_REPLICAS = 256
 
@@ -43,6 +47,9 @@ class Settings(NamedTuple):
     health_recovery_period: float = 60.0
     log_level: str = "info"
     config_file: str = ""
+    # "" = not set: the device plugin then serves (as before DRA) and `gpu-device-plugin dra`, run on
+    # purpose, publishes; the images' config files set it explicitly
+    allocation_api: str = ""
     time_slicing: TimeSlicing = TimeSlicing()
 
     @property

@@ -10,13 +10,14 @@ from ..core import policy
 from ..discovery.tegra import OPENRM
 from .config_file import config_file_check
 from .csv_files import OPENRM_CSV_NODES, evaluate_csv, read_csv_files
+from .dra import DraPaths, evaluate_dra
 from .gpu import Discovered, device_node_problems, discover, evaluate_device_nodes, evaluate_discovery
 from .host import read_text
 from .k3s import K3sConfig, evaluate_k3s, read_k3s_config
 from .kubelet import CHECKPOINT_NAME, evaluate_checkpoint, evaluate_kubelet_socket, evaluate_plugin_socket, probe_socket
 from .nvidia_stack import check_cdi, check_datacentre, check_driver, check_jetson_toolkit
 from .openrm import check_openrm_driver
-from .report import WARN, Check
+from .report import SKIP, WARN, Check
 from .runtime import check_container_runtime, check_isolation
 
 
@@ -56,9 +57,13 @@ def run_checks(settings: Settings) -> list[Check]:
         return evaluate_device_nodes(gpu_kind, checked, problems, gpu_driver)
 
     def plugin() -> Check:
+        if dra_serves:
+            return Check("plugin socket", SKIP, f"allocationApi is {settings.allocation_api}: the device plugin "
+                         "registers nothing here (the DRA driver hands out the GPUs, below)")
         state, error = probe_socket(plugin_socket)
         return evaluate_plugin_socket(plugin_socket, state, found.advertised, error)
 
+    dra_serves = settings.allocation_api in ("dra", "both")
     socket_dir = os.path.dirname(settings.kubelet_socket) or "/"
     plugin_socket = os.path.join(socket_dir, policy.socket_name(found.resource))
     checkpoint = os.path.join(socket_dir, CHECKPOINT_NAME)
@@ -74,6 +79,10 @@ def run_checks(settings: Settings) -> list[Check]:
     except Exception as exc:
         k3s = K3sConfig()
         checks.append(crashed("k3s config", exc))
+    dra_paths = DraPaths.beside(settings.kubelet_socket)
+    checks.append(guard("DRA driver", lambda: evaluate_dra(
+        settings.allocation_api, k3s, dra_paths, probe_socket(dra_paths.registration)[0],
+        probe_socket(dra_paths.dra)[0], read_text(dra_paths.checkpoint))))
     checks.append(guard("container runtime", lambda: check_container_runtime(settings, k3s, gpu_kind)))
     l4t = next((g.properties.get("l4t", "") for g in found.gpus if g.backend == "tegra"), "")
     checks.append(guard("GPU isolation", lambda: check_isolation(settings, gpu_kind, l4t)))

@@ -3,8 +3,8 @@
 Two steps, each a plain function, so any source of "who holds what" can feed the second:
 
 1. `holders_by_gpu` reads the kubelet's PodResources List (device-plugin devices: a whole GPU
-   `<id>`, or a time-slicing replica `<id>::<n>` mapped to its physical GPU). A DRA driver's
-   claims (PodResources' dynamic_resources) are another source of the same mapping:
+   `<id>`, or a time-slicing replica `<id>::<n>` mapped to its physical GPU); `holders_by_claim`
+   reads the DRA driver's claims from the same List (dynamic_resources). Both give
    GPU ID -> [Holder], merged with `merge`.
 2. `attribute(samples, holders)` decides the labels, with one rule that keeps every sum true:
    each GPU keeps exactly **one** series per field, carrying its whole value. It carries the
@@ -88,6 +88,33 @@ def holders_by_gpu(pod_resources: Iterable[Any], resources: Collection[str],
                     if gpu not in gpu_ids:
                         continue
                     holder = Holder(pod.name, pod.namespace, container.name, replica)
+                    if holder not in out.setdefault(gpu, []):
+                        out[gpu].append(holder)
+    return out
+
+
+def holders_by_claim(pod_resources: Iterable[Any], driver: str,
+                     gpu_by_device: Mapping[str, str]) -> dict[str, list[Holder]]:
+    """GPU ID -> the containers using a claim allocated one of our DRA driver's devices.
+
+    PodResources lists a container's claims under dynamic_resources, each allocated device as
+    driver, pool and device name; devices of `driver` named in `gpu_by_device` (the slice's device
+    name -> GPU ID) count. The kubelet lists only its own node's pods, and the driver publishes one
+    pool per node, so the pool is a label, not a filter. Each holder carries dcgm-exporter's DRA
+    labels; pods sharing a claim each get a share of its GPU.
+    """
+    out: dict[str, list[Holder]] = {}
+    for pod in pod_resources:
+        for container in pod.containers:
+            for claim in container.dynamic_resources:
+                for resource in claim.claim_resources:
+                    gpu = gpu_by_device.get(resource.device_name)
+                    if resource.driver_name != driver or gpu is None:
+                        continue
+                    extra = (("dra_claim_name", claim.claim_name), ("dra_claim_namespace", claim.claim_namespace),
+                             ("dra_driver_name", driver), ("dra_pool_name", resource.pool_name),
+                             ("dra_device_name", resource.device_name))
+                    holder = Holder(pod.name, pod.namespace, container.name, extra=extra)
                     if holder not in out.setdefault(gpu, []):
                         out[gpu].append(holder)
     return out

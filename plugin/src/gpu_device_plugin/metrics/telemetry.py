@@ -11,6 +11,7 @@ and built on first use, so a plugin whose /metrics nobody scrapes never loads th
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -75,6 +76,24 @@ def device_plugin_mapper(resources: Collection[str], gpu_ids: Collection[str]) -
     return functools.partial(attribution.holders_by_gpu, resources=set(resources), gpu_ids=set(gpu_ids))
 
 
+def dra_mapper(driver: str, gpus: Sequence[Gpu]) -> HolderMapper:
+    """Our DRA driver's claims among the pods' dynamic resources: its devices are `gpu-<index>`."""
+    from ..dra.attributes import device_name
+
+    return functools.partial(attribution.holders_by_claim, driver=driver,
+                             gpu_by_device={device_name(gpu): gpu.id for gpu in gpus})
+
+
+def plugin_mappers(settings: Settings, gpus: Sequence[Gpu]) -> list[HolderMapper]:
+    """Who hands this node's GPUs to pods (allocationApi): the device plugin, or the DRA driver
+    (`dra`, and `both`, where nvidia.com/gpu requests are served through DRA too)."""
+    if settings.allocation_api in ("dra", "both"):
+        from ..dra.settings import DEFAULT_DRIVER
+
+        return [dra_mapper(os.environ.get("DRA_DRIVER_NAME") or DEFAULT_DRIVER, gpus)]
+    return [device_plugin_mapper(OUR_RESOURCES, [g.id for g in gpus])]
+
+
 def pod_status_lines(view: PodView, node: str) -> list[str]:
     """How fresh the pod labels are: the kubelet answering or not, and the age of its last answer."""
     label = f'{{Hostname="{exposition.escape(node)}"}}'
@@ -99,6 +118,7 @@ class Telemetry:
         wait: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         read_holders: Callable[[], Holders] | None = None,
+        mappers: Sequence[HolderMapper] | None = None,
     ) -> None:
         self._make = make
         self._collectors: list[Collector] | None = None
@@ -109,7 +129,7 @@ class Telemetry:
         self._last: tuple[float, list[GpuSample]] | None = None
         ids = set(gpu_ids)
         if read_holders is None and pod_resources_socket and ids:
-            mappers = [device_plugin_mapper(resources, ids)]
+            mappers = mappers or [device_plugin_mapper(resources, ids)]
             read_holders = functools.partial(kubelet_holders, pod_resources_socket, mappers)
         self._pods = None if read_holders is None else PodMapping(
             read_holders, max_age=max_age, clock=clock, **({} if wait is None else {"wait": wait}))
@@ -122,7 +142,7 @@ class Telemetry:
 
         xids = getattr(monitor, "last_xid", None) or no_xids
         return cls(lambda: make_collectors(gpus, settings.host_root, xids, nvml_module), [g.id for g in gpus],
-                   socket_beside(settings.kubelet_socket))
+                   socket_beside(settings.kubelet_socket), mappers=plugin_mappers(settings, gpus))
 
     @property
     def node(self) -> str:

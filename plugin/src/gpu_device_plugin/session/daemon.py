@@ -50,8 +50,11 @@ class Daemon:
         monitor: HealthMonitor | None = None,
         reload_settings: Callable[[], Settings] | None = None,
         environ: dict[str, str] | None = None,
+        metered_gpus: Sequence[Gpu] = (),
     ) -> None:
         self.gpus = list(gpus)
+        # GPUs /metrics reads but the plugin does not advertise (the DRA driver hands them out)
+        self._metered = list(metered_gpus)
         self.monitor = monitor
         self._environ = dict(os.environ) if environ is None else environ
         self.stats = Stats()
@@ -153,7 +156,7 @@ class Daemon:
         watcher = inotify.Inotify()
         selector = selectors.DefaultSelector()
         try:
-            if not self.supervision.serve_endpoint(self.settings, self.gpus, self.monitor):
+            if not self.supervision.serve_endpoint(self.settings, self.gpus or self._metered, self.monitor):
                 return 2
             if not self.session.watch(watcher):
                 return 2
