@@ -181,3 +181,10 @@ def test_bad_facts_are_refused_with_the_reason():
         sp.Keeping.from_lists("# c\ndocker\n", "")
     with pytest.raises(sp.StateFactsError, match="incomplete"):
         sp.StateFacts.from_json({})
+
+
+def test_containerds_root_comes_from_the_top_level_of_the_config_the_image_installs():
+    config = 'version = 3\nroot = "/data/containerd"\n[plugins."io.containerd.cri.v1.images"]\n  root = "/x"\n'
+    assert sp.containerd_root(config, "files/config.toml") == ("/data/containerd", "root in files/config.toml")
+    assert sp.containerd_root('[grpc]\n  root = "/x"\n', "f")[0] == sp.CONTAINERD_ROOT
+    assert sp.containerd_root(None, "")[0] == "/var/lib/containerd"

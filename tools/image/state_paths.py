@@ -142,7 +142,8 @@ def docker_paths(daemon_json: str, source: str, version: str, containerd_root: s
 def containerd_root(config_toml: str | None, source: str) -> tuple[str, str]:
     """containerd's root from the config.toml the image installs, else containerd's default."""
     if config_toml:
-        match = re.search(r'^\s*root\s*=\s*"([^"]+)"', config_toml, re.M)
+        top_level = re.split(r"^\s*\[", config_toml, maxsplit=1, flags=re.M)[0]  # before the first [section]
+        match = re.search(r'^\s*root\s*=\s*"([^"]+)"', top_level, re.M)
         if match:
             return match.group(1), f"root in {source}"
     return CONTAINERD_ROOT, "containerd's default (the image installs no config.toml that sets root)"

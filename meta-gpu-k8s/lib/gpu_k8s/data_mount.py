@@ -39,8 +39,8 @@ def rewrite_fstab(text: str) -> str:
         raise DataMountError("/etc/fstab has no /data line: meta-mender writes one for the data partition "
                              "(MENDER_DATA_PART); without it nothing keeps the node's state across an update")
     if len(found) > 1:
-        raise DataMountError(f"/etc/fstab mounts /data {len(found)} times (lines {', '.join(str(i + 1) for i in found)}); "
-                             "leave one, meta-mender's")
+        numbers = ", ".join(str(i + 1) for i in found)
+        raise DataMountError(f"/etc/fstab mounts /data {len(found)} times (lines {numbers}); leave one, meta-mender's")
     index = found[0]
     fields = lines[index].split()
     if len(fields) < 4:
