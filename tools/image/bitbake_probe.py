@@ -206,7 +206,28 @@ def state_facts(tinfoil, image_data, closure) -> dict:
     facts["networkd"] = bool(installs(closure, "systemd")) and systemd is not None and \
         "networkd" in (systemd.getVar("PACKAGECONFIG") or "").split()
     facts["networkmanager"] = bool(installs(closure, "networkmanager"))
+    facts["settings"] = settings_read(tinfoil, image_data, closure)
     return facts
+
+
+# The values the facts above come from, as bitbake expanded them: recipe (None: the image) and
+# variable. Kept in the JSON for the record (docs quote them from a real parse).
+SETTINGS = (
+    (None, "MENDER_FEATURES"), (None, "MENDER_DATA_PART"), (None, "MENDER_DATA_PART_FSTYPE_TO_GEN"),
+    (None, "MENDER_DATA_PART_LABEL"), (None, "GPU_K8S_DATA_PARTNAME"), (None, "ROOTFS_POSTPROCESS_COMMAND"),
+    ("gpu-k8s-docker-config", "GPU_K8S_DOCKER_DAEMON_JSON"), ("gpu-k8s-k3s-config", "GPU_K8S_K3S_CONFIG_ARGS"),
+    ("openssh", "PACKAGECONFIG"), ("openssh", "OPENSSH_HOST_KEY_DIR"), ("systemd", "PACKAGECONFIG"),
+)
+
+
+def settings_read(tinfoil, image_data, closure) -> dict:
+    values = {}
+    docker = installs(closure, "docker")
+    wanted = list(SETTINGS) + ([(docker.pn, "PV")] if docker else [])
+    for pn, var in wanted:
+        data = image_data if pn is None else recipe_data(tinfoil, pn)
+        values[f"{pn or image_data.getVar('PN')}:{var}"] = data.getVar(var) if data is not None else None
+    return values
 
 
 def words(data, name: str) -> list:
