@@ -8,6 +8,7 @@ from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 import pytest
+from signing_keys import ec_key, write_pair
 
 from tools import process
 from tools.image import build, hostcheck
@@ -329,9 +330,8 @@ def test_the_signing_check_reads_every_kas_file_of_the_argument_not_only_the_fir
 def test_keys_from_the_environment_or_site_conf_satisfy_the_check(tmp_path: Path) -> None:
     from tools.image import preflight
 
-    private, public = tmp_path / "signing.key", tmp_path / "verify.pem"
-    private.write_text("-----BEGIN PRIVATE KEY-----\n")
-    public.write_text("-----BEGIN PUBLIC KEY-----\n")
+    pair = write_pair(tmp_path, ec_key())  # made here: the check reads them
+    private, public = pair.private, pair.public
     kas = build.REPO_ROOT / "kas/x86-64.yml"
     site = tmp_path / "site.conf"
     assert preflight.signing_problem(kas, "gpu-k8s-image", {}, site)

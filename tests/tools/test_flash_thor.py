@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from disk_images import HAVE_E2FSPROGS, ext4, read_back
 
-from tools.flash import flash, provision, targets, thor, usb
+from tools.flash import flash, initrd_flash, provision, targets, thor, usb
 
 DEVKIT = "jetson-agx-thor-devkit"
 T4000 = "jetson-agx-thor-t4000"
@@ -126,7 +126,10 @@ def test_full_flash_runs_initrd_flash_on_the_port_of_the_thor_devkit_found(host_
     assert call["argv"] == ["--usb-instance", "1-2"]
     assert "gpu-k8s-flash-" in call["cwd"] and not Path(call["cwd"]).exists()  # unpacked, then cleaned up
     assert lines[0] == "flashed (full) the Jetson AGX Thor T5000 (P3834-0008, the devkit's) at USB port 1-2"
-    assert lines[1].startswith("power-cycle the Thor (or press Reset) now")
+    assert lines[1].startswith('NVIDIA\'s unified flash reported "Flashing finished Successfully!!"; initrd-flash\'s '
+                               "logs are kept in ")
+    assert "Flashing finished Successfully" in kept_log(lines[1])
+    assert lines[2].startswith("power-cycle the Thor (or press Reset) now")
 
 
 def test_the_t4000_is_found_by_its_own_id(tmp_path, host_tree, host_tools) -> None:
@@ -172,14 +175,15 @@ def test_a_failed_unified_flash_fails_although_initrd_flash_exits_0_and_its_log_
     assert len(stand_ins.calls("initrd-flash")) == 1
 
 
-def test_a_log_without_the_unified_flashs_result_is_not_called_a_flash(
+def test_a_log_without_the_unified_flashs_result_is_an_error(
         host_tree, devkit_build, stand_ins, kept_logs, monkeypatch) -> None:
     host_tree.add_usb_device("1-2", "0955", "7026")
     monkeypatch.setenv("UNIFIED_FLASH", "none")
-    lines = thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
-    assert not lines[0].startswith("flashed")
-    assert "no result line of NVIDIA's unified flash" in lines[0] and "not confirmed" in lines[0]
-    assert "Running unified flash" in kept_log(lines[0])
+    with pytest.raises(flash.FlashError, match=r"^initrd-flash exited 0, but its log has no result line from NVIDIA's "
+                       r"unified flash \(\"Flashing finished Successfully!!\"\), so the Thor is not known to be "
+                       r"flashed \(its logs are kept in ") as unknown:
+        thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
+    assert "Running unified flash" in kept_log(str(unknown.value))
 
 
 def test_an_initrd_flash_that_exits_non_zero_keeps_its_log_past_the_temporary_package(
@@ -193,11 +197,13 @@ def test_an_initrd_flash_that_exits_non_zero_keeps_its_log_past_the_temporary_pa
 
 
 def test_the_unified_flash_verdict_reads_nvidias_result_lines() -> None:
-    assert thor.unified_flash_verdict("...\n\x1b[01;32mFlashing finished Successfully!!\x1b[0m\n") == "done"
-    assert thor.unified_flash_verdict("Flashing finished Unsuccessfully!!\n") == "failed"
+    assert initrd_flash.thor_verdict("...\n\x1b[01;32mFlashing finished Successfully!!\x1b[0m\n") == (
+        initrd_flash.Verdict("done", "Flashing finished Successfully!!"))
+    assert initrd_flash.thor_verdict("Flashing finished Unsuccessfully!!\n").outcome == "failed"
     crashed = "Exception 5 raised in flash BSP\nFlashing finished Successfully"  # one die failed, another not
-    assert thor.unified_flash_verdict(crashed) == "failed"
-    assert thor.unified_flash_verdict("== Step 5: Running unified flash ==\nFinished at ...\n") is None
+    assert initrd_flash.thor_verdict(crashed) == initrd_flash.Verdict("failed", "Exception 5 raised in flash BSP")
+    assert initrd_flash.thor_verdict("== Step 5: Running unified flash ==\nFinished at ...\n").outcome is None
+    assert initrd_flash.thor_verdict("Final status: SUCCESS\n").outcome is None, "the Orin's line is not Thor's"
 
 
 @pytest.mark.parametrize(("machine", "product", "seen", "hint"), [
@@ -292,6 +298,39 @@ def test_missing_host_tools_are_named_with_their_packages_before_anything_runs(
                        r"install device-tree-compiler\), cpp \(apt-get install cpp\), python3"):
         thor.run_thor_flash(options(build_dir, host_tree), "jetson-agx-thor")
     assert stand_ins.calls("initrd-flash") == []
+
+
+@pytest.mark.parametrize(("package", "complaint"), [
+    ("nano", r"is a gzip tar \(the Jetson Nano's .tegraflash.tar.gz\), not a zstd tar \(the Orin's and Thor's "
+             r".tegraflash-tar.zst\): pass the .tegraflash-tar.zst that ./task build --machine jetson-agx-thor made"),
+    ("plain", r"is an uncompressed tar, not a zstd tar"),
+    ("junk", r"is not a tar archive of any kind this flash reads, not a zstd tar"),
+    ("orin", r"^this package was made for CHIPID 0x23 \(MACHINE jetson-orin-nano-devkit-nvme\), not 0x26 "
+             r"\(jetson-agx-thor-devkit\), says its .env.initrd-flash: flash it with --machine jetson-orin-nano, or "
+             r"pass the package ./task build --machine jetson-agx-thor made"),
+    ("t4000", r"^this package was made for MACHINE jetson-agx-thor-t4000, not jetson-agx-thor-devkit, says its "
+              r".env.initrd-flash: flash it with --machine jetson-agx-thor-t4000"),
+])
+def test_a_package_of_the_wrong_format_or_for_another_machine_is_refused_before_anything_is_flashed(
+        tmp_path, host_tree, devkit_build, host_tools, package, complaint) -> None:
+    host_tree.add_usb_device("1-2", "0955", "7026")
+    wrong = tmp_path / "given.tegraflash-tar.zst"
+    if package == "nano":
+        subprocess.run(["tar", "-czf", str(wrong), "-C", str(tmp_path / f"tegraflash-{DEVKIT}"), "."], check=True)
+    elif package == "plain":
+        subprocess.run(["tar", "-cf", str(wrong), "-C", str(tmp_path / f"tegraflash-{DEVKIT}"), "."], check=True)
+    elif package == "junk":
+        wrong.write_bytes(b"<html>404 Not Found</html>" * 20)
+    else:
+        content = tmp_path / f"tegraflash-{DEVKIT}"
+        env = content / ".env.initrd-flash"
+        made_for = {"orin": ('"0x23"', "jetson-orin-nano-devkit-nvme"), "t4000": ('"0x26"', T4000)}[package]
+        env.write_text(env.read_text().replace('"0x26"', made_for[0]).replace(f'"{DEVKIT}"', f'"{made_for[1]}"'))
+        subprocess.run(["tar", "--zstd", "-cf", str(wrong), "-C", str(content), "."], check=True)
+    for dry_run in (True, False):
+        with pytest.raises(flash.FlashError, match=complaint):
+            thor.run_thor_flash(options(devkit_build, host_tree, package=wrong, dry_run=dry_run), "jetson-agx-thor")
+    assert host_tools.calls("initrd-flash") == []
 
 
 def test_missing_package_says_how_to_build_it(host_tree, tmp_path, host_tools) -> None:

@@ -70,6 +70,9 @@ def packagegroup_words(var_overrides: tuple[str, ...], cuda_level: str = "runtim
         elif word == "${GPU_K8S_NVIDIA_NODES_PACKAGE}":
             # Thor's alone (tegra264): the Nano's driver makes its own nodes
             expanded += parse(LAYER / "classes/gpu_k8s_platform.bbclass").words("GPU_K8S_NVIDIA_NODES_PACKAGE")
+        elif word == "${GPU_K8S_NVML_PYTHON_PACKAGE}":
+            # Thor's alone (tegra264): nvgpu has a load file, NVML is not asked there
+            expanded += parse(LAYER / "classes/gpu_k8s_platform.bbclass").words("GPU_K8S_NVML_PYTHON_PACKAGE")
         else:
             expanded.append(word)
     return expanded

@@ -105,6 +105,11 @@ shutil.copyfile('gpu-k8s-image-jetson-nano-devkit.dataimg', {str(capture)!r})
     ("changes", "message"),
     [
         ({"server_url": "http://k3s:6443"}, "--server-url 'http://k3s:6443' must be https://HOST:6443"),
+        ({"server_url": "https://k3s"}, "--server-url 'https://k3s' has no port: k3s's API listens on 6443, so "
+                                        "give https://k3s:6443"),
+        ({"server_url": "https://k3s:port"}, "--server-url 'https://k3s:port' must be https://HOST:PORT and nothing "
+                                             "else, e.g. https://k3s:6443"),
+        ({"server_url": "https://k3s:6443/v1"}, "must be https://HOST:PORT and nothing else"),
         ({"server_url": None, "token_file": None}, "--role agent needs --server-url"),
         ({"role": "master"}, "--role must be server or agent"),
         ({"labels": ("site",)}, "--label 'site' is not KEY=VALUE"),

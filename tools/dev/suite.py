@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools import console
-from tools.dev import testdeps, venvs
+from tools.dev import go_conformance, testdeps, venvs
 from tools.paths import REPO_ROOT, VENVS_DIR
 
 PYTEST_NO_TESTS = 5  # pytest's exit code when it collected nothing
@@ -150,11 +150,15 @@ def run_suite(quick: bool = False, host_setup: bool = True) -> list[LegResult]:
         ("ruff", ruff_leg),
         ("tools + layer tests", lambda: tools_leg(host_setup)),
     ]
+    board_python = PLUGIN_COMBINATIONS[-1] if quick else PLUGIN_COMBINATIONS[0]
+    # our plugin (on the board's stack) and the DRA harness against Kubernetes' own Go code; before
+    # the plugin legs, so that their benchmark test only links what this leg compiled
+    legs.append(("Kubernetes conformance (Go)",
+                 lambda: go_conformance.leg(lambda: venvs.ensure_venv(board_python.venv()))))
     for combination in PLUGIN_COMBINATIONS:
         if quick and combination.name in QUICK_SKIPS:
             continue
         legs.append((f"plugin on {combination.name}", plugin_leg(combination)))
-    board_python = PLUGIN_COMBINATIONS[-1] if quick else PLUGIN_COMBINATIONS[0]
     legs.append((f"updater on Python {board_python.python_version}", updater_leg(board_python)))
     results = [run_leg(name, body) for name, body in legs]
     rows = [[r.name, r.status, f"{r.seconds:.0f}", r.detail] for r in results]

@@ -1,8 +1,9 @@
 """What the QEMU tests in tests/tools need from the host, installed from Debian's packages.
 
-`./task test` calls `prepare_qemu_test_host` before pytest: it installs qemu-system-x86 and
-busybox-static with apt-get (as root, when missing) and unpacks a Debian kernel package into
-the user cache (apt-get download + dpkg-deb -x: no postinst, nothing changes in /boot),
+`./task test` calls `prepare_qemu_test_host` before pytest: it installs qemu-system-x86,
+busybox-static (and mender-artifact, for the release tests) with apt-get (as root, when
+missing) and unpacks a Debian kernel package into the user cache (apt-get download +
+dpkg-deb -x: no postinst, nothing changes in /boot),
 keeping only the kernel and the one module the tests load (a few MB, not the package's
 ~400 MB). It says so before doing it; `./task test --no-host-setup` (or
 GPU_K8S_TEST_NO_HOST_SETUP=1) changes nothing on the host. When the QEMU tests cannot run,
@@ -25,7 +26,9 @@ from tools import console
 from tools.paths import user_cache_dir
 
 KERNEL_DIR_VARIABLE = "GPU_K8S_TEST_KERNEL_DIR"
-APT_PACKAGES = ("qemu-system-x86", "busybox-static")
+# mender-artifact (Debian's 3.9.0): tests/tools/test_release.py checks release against artifacts
+# it signs, and the test artifacts against its validate (skipped, saying so, where it is absent).
+APT_PACKAGES = ("qemu-system-x86", "busybox-static", "mender-artifact")
 KERNEL_METAPACKAGE = "linux-image-amd64"
 # What the QEMU tests use of the kernel package: the kernel and the guest's NIC driver
 # (tests/tools/test_qemu_boot.py). The rest (~400 MB of modules) is not kept.
@@ -100,7 +103,7 @@ def install_apt_packages() -> str | None:
         return None
     if os.geteuid() != 0:
         return f"missing {' '.join(missing)} and not root: sudo apt-get install {' '.join(missing)}"
-    console.info(f"installing {' '.join(missing)} for the QEMU tests (apt-get)")
+    console.info(f"installing {' '.join(missing)} for the QEMU and release tests (apt-get)")
     problem = update_package_lists()
     if problem:
         return problem

@@ -28,6 +28,7 @@ SECTOR_BYTES = 512  # sysfs "size" is always in 512-byte sectors
 # Mount points that make a disk this host's own: never written, with or without flags.
 SYSTEM_MOUNTS = ("/", "/boot", "/boot/efi", "/efi", "/usr", "/var", "/home")
 LIST_DISKS = "lsblk -d -o NAME,SIZE,MODEL,TRAN,RM"
+LARGER = "choose a larger device"
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,9 @@ def _device_numbers(device: BlockDevice) -> dict[str, str]:
     return numbers
 
 
-def refusals_for(device: BlockDevice, image_size: int, host: HostBlockState) -> list[Refusal]:
-    """Every reason writing an image of image_size bytes to device could destroy data."""
+def refusals_for(device: BlockDevice, image_size: int, host: HostBlockState, larger: str = LARGER) -> list[Refusal]:
+    """Every reason writing an image of image_size bytes to device could destroy data; `larger`
+    is the fix for a device too small (the caller knows what size it takes)."""
     refusals: list[Refusal] = []
     numbers = _device_numbers(device)
     names = {f"/dev/{p.name}" for p in device.partitions} | {device.path}
@@ -214,7 +216,7 @@ def refusals_for(device: BlockDevice, image_size: int, host: HostBlockState) -> 
             Refusal(
                 f"it is smaller than the image ({device.size_bytes} < {image_size} bytes)",
                 overridable=False,
-                fix="choose a larger device",
+                fix=larger,
             )
         )
     return refusals

@@ -3,16 +3,17 @@ of an x86-64 node; find what `./task build` made for the machine and role (tools
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools import console, process
-from tools.flash import blockdev, provision, usb
+from tools.flash import blockdev, hosttools, package_checks, provision, usb
 from tools.image import build
 from tools.image.build import MACHINES
 from tools.usage import UsageError
@@ -35,9 +36,22 @@ class FlashUsageError(FlashError, UsageError):
     """Options that cannot go together or name nothing flash can write."""
 
 
+class DryRunStopped(FlashError):
+    """A dry run went through to the end, but a real run would have stopped: exit status 1,
+    as build's dry run (the lines are what the dry run showed)."""
+
+    def __init__(self, lines: list[str], stops: list[str]) -> None:
+        self.lines = lines
+        more = f" (and {len(stops) - 1} more above)" if len(stops) > 1 else ""
+        super().__init__(f"dry run: a real flash would stop here: {stops[0]}{more}; fix that and run again")
+
+
+DEFAULT_METHOD = "full"
+
+
 @dataclass(frozen=True)
 class FlashOptions:
-    method: str = "full"
+    method: str | None = None  # None: not given (each path's default, full); --sd-image takes none
     image: str = NANO.default_image
     build_dir: Path | None = None  # the kas build dir holding tmp/deploy
     package: Path | None = None  # a tegraflash tarball, instead of the one from the build
@@ -50,6 +64,29 @@ class FlashOptions:
     root: Path = Path("/")  # prefix for /sys, /proc and /dev: tests point it at fixtures
     # The node's server, token, role and labels, written onto its data partition (tools/flash/provision.py).
     provisioning: provision.Provisioning = provision.Provisioning()
+    # Where a dry run went on although a real run would stop (stop_or_warn): it then exits 1.
+    stops: list[str] = field(default_factory=list, compare=False, repr=False)
+
+
+def with_method(options: FlashOptions, default: str = DEFAULT_METHOD) -> FlashOptions:
+    """--method as given, else the path's default (the dry run's notes go along)."""
+    return options if options.method else dataclasses.replace(options, method=default)
+
+
+def stop_or_warn(options: FlashOptions, message: str) -> None:
+    """Where a real run stops: raises FlashError. A dry run says so, goes on to show the rest,
+    and ends with exit status 1 (tools/flash/targets.py)."""
+    if not options.dry_run:
+        raise FlashError(message)
+    console.warn(f"{message} (a real run stops here; continuing: --dry-run)")
+    options.stops.append(message)
+
+
+def require_host_tools(options: FlashOptions, tools: Iterable[hosttools.HostTool], needs: str) -> None:
+    """Every program the path will run is on PATH, else a refusal naming its package."""
+    message = hosttools.missing_message(tools, needs)
+    if message:
+        stop_or_warn(options, message)
 
 
 def privileged(argv: Sequence[str], euid: int) -> list[str]:
@@ -105,8 +142,16 @@ def tegraflash_package(options: FlashOptions, machine: str = NANO_MACHINE) -> Pa
     if options.package is not None:
         if not options.package.is_file():
             raise FlashError(f"--package {options.package} does not exist")
-        return options.package
-    return find_built(machine, options, "tegraflash.tar.gz", "tegraflash package", "--package PATH")
+        found = options.package
+    else:
+        found = find_built(machine, options, "tegraflash.tar.gz", "tegraflash package", "--package PATH")
+    try:
+        package_checks.check_compression(
+            found, "gzip", f"pass the .tegraflash.tar.gz that ./task build --machine {machine} made (an Orin's or "
+            "Thor's package is flashed with its own --machine)")
+    except package_checks.PackageError as wrong:
+        raise FlashError(str(wrong)) from None
+    return found
 
 
 def bmaptool_command(image: Path, device_file: Path, euid: int) -> process.Command:
@@ -124,7 +169,7 @@ def ask_typed_confirmation(device: blockdev.BlockDevice, read: Callable[[str], s
 
 
 def inspect_target(
-    options: FlashOptions, image_size: int
+    options: FlashOptions, image_size: int, larger: str = blockdev.LARGER
 ) -> tuple[blockdev.BlockDevice, list[blockdev.Refusal]]:
     """Read the device named by --device, show it, and list what speaks against writing it."""
     assert options.device is not None
@@ -146,7 +191,7 @@ def inspect_target(
     console.step("target device")
     for line in blockdev.describe(device, host, console.human_size):
         console.info(line)
-    refusals = blockdev.refusals_for(device, image_size, host)
+    refusals = blockdev.refusals_for(device, image_size, host, larger)
     for refusal in refusals:
         console.info(f"- {refusal.reason}")
     return device, refusals
@@ -182,9 +227,11 @@ def check_target_device(
     image_size: int,
     interactive: bool,
     read: Callable[[str], str] | None = None,
+    larger: str = blockdev.LARGER,
 ) -> blockdev.BlockDevice:
-    """Show the device, apply the safety policy, get confirmation. Raises FlashError."""
-    device, refusals = inspect_target(options, image_size)
+    """Show the device, apply the safety policy, get confirmation. Raises FlashError. `larger`
+    says what to do when the device is too small (the size it takes)."""
+    device, refusals = inspect_target(options, image_size, larger)
     forced = options.force_device is not None
     # Unforced writes are confirmed by typing the path; --yes stands in for that only
     # when nothing at all speaks against the device.
@@ -202,13 +249,16 @@ def check_target_device(
         blockdev.decide(device, refusals, _forced(options, device), typed)
     except blockdev.UnsafeTarget as unsafe:
         raise FlashError(str(unsafe)) from None
-    if wants_typing and not typed and not options.dry_run:
+    if wants_typing and not typed and (not options.dry_run or not interactive):
         # --yes confirms only a device nothing speaks against (here: one that is not removable).
         instead = f"name it with --force-device {device.path}" if refusals else "pass --yes"
-        raise FlashError(
-            f"writing {device.path} needs confirmation: run interactively and type the device path, or {instead}"
-        )
+        stop_or_warn(options, f"writing {device.path} needs confirmation: run interactively and type the device "
+                     f"path, or {instead}")
     return device
+
+
+def require_bmaptool(options: FlashOptions, what: str) -> None:
+    require_host_tools(options, [hosttools.BMAPTOOL], f"writing {what}")
 
 
 def write_sd_image(options: FlashOptions, image: Path, euid: int, interactive: bool) -> Path:
@@ -227,10 +277,18 @@ def write_sd_image(options: FlashOptions, image: Path, euid: int, interactive: b
     return device_file
 
 
-def unpack(package: Path, workdir: Path, dry_run: bool) -> None:
+def unpack_with(argv: list[str], package: Path, dry_run: bool) -> None:
+    """tar, not a GUI tool or Python's tarfile: the package relies on tar keeping modes and links."""
     console.step(f"unpacking {package.name}")
-    # tar, not a GUI tool or Python's tarfile: the package relies on tar keeping modes/links.
-    process.run(process.Command(["tar", "-xzf", str(package), "-C", str(workdir)]), dry_run=dry_run)
+    try:
+        process.run(process.Command(argv), dry_run=dry_run)
+    except process.CommandFailed as failure:
+        raise FlashError(f"tar could not unpack {package} (exit code {failure.returncode}, its message above): "
+                         "a damaged or incomplete package; build it again (or copy it again)") from None
+
+
+def unpack(package: Path, workdir: Path, dry_run: bool) -> None:
+    unpack_with(["tar", "-xzf", str(package), "-C", str(workdir)], package, dry_run)
 
 
 def find_board(options: FlashOptions, target: usb.RecoveryTarget) -> usb.RecoveryBoard | None:
@@ -239,9 +297,7 @@ def find_board(options: FlashOptions, target: usb.RecoveryTarget) -> usb.Recover
     try:
         board = usb.select_recovery_board(usb.find_recovery_boards(options.root), target)
     except usb.NotOneBoardInRecovery as missing:
-        if not options.dry_run:
-            raise FlashError(str(missing)) from None
-        console.warn(f"{missing} (continuing: --dry-run)")
+        stop_or_warn(options, str(missing))
         return None
     console.info(f"found {board.describe()}")
     return board
@@ -279,9 +335,17 @@ def write_image_file(options: FlashOptions, image: Path, euid: int, interactive:
                      what: str = "SD card") -> list[str]:
     """--sd-image (and an x86-64 node's disk image): bmaptool to --device, then the
     provisioning onto the written data partition."""
+    if options.sd_image is not None and options.method:
+        raise FlashUsageError(f"--method {options.method} and --sd-image exclude each other: --sd-image writes the "
+                              "image file as it is, with bmaptool; leave --method out (or --sd-image, to flash the "
+                              "build's package with that method)")
     if not options.device:
         raise FlashUsageError(f"--sd-image needs --device /dev/sdX (the {what} to write)")
     check_device_argument(options)
+    if not image.is_file():
+        raise FlashError(f"{image} does not exist: give --sd-image an image file that ./task build (or "
+                         "--method sdcard without --device) made")
+    require_bmaptool(options, f"{image.name} to {options.device}")
     _check_provisioning_role(options, provision.manifest_beside(image))
     written = write_sd_image(options, image, euid, interactive)
     results = [f"{'would write' if options.dry_run else 'wrote'} {image} to /dev/{written.name}"]
@@ -299,6 +363,7 @@ def run_flash(
     token = provisioning_token(options)
     if options.sd_image is not None:
         return write_image_file(options, options.sd_image, euid, interactive, token)
+    options = with_method(options)
     if options.method not in METHODS:
         raise FlashUsageError(f"unknown --method {options.method!r}; choose one of: {', '.join(METHODS)}")
     refuse_provisioning_nowhere(options)
@@ -308,6 +373,7 @@ def run_flash(
     if options.method == "sdcard" and options.device:
         # Refuse an unsafe device now, before minutes of dosdcard.sh; size is checked later.
         refuse_unsafe_target(options, image_size=0)
+        require_bmaptool(options, f"the SD image to {options.device}")
     over_usb = options.method in ("full", "spi-only")
     board = find_board(options, usb.NANO) if over_usb else None
     with tempfile.TemporaryDirectory(prefix="gpu-k8s-flash-") as temp:
@@ -342,11 +408,13 @@ def provisioning_token(options: FlashOptions) -> str:
     if not options.provisioning.wanted:
         return ""
     try:
-        return provision.validate(options.provisioning)
+        token = provision.validate(options.provisioning)
     except provision.ProvisionUsageError as error:
         raise FlashUsageError(str(error)) from None
     except provision.ProvisionError as error:
         raise FlashError(str(error)) from None
+    require_host_tools(options, [hosttools.DEBUGFS], "writing the provisioning onto the data partition")
+    return token
 
 
 def refuse_provisioning_nowhere(options: FlashOptions) -> None:

@@ -51,15 +51,31 @@ class Provisioning:
         return bool(self.server_url or self.token_file or self.role or self.labels)
 
 
+def check_server_url(server_url: str) -> None:
+    """https://HOST:PORT, as k3s's `server:` takes it: an agent given no port would try 443,
+    where no k3s server listens (its API is on 6443 unless the server moved it)."""
+    url = urllib.parse.urlparse(server_url)
+    if url.scheme != "https" or not url.hostname:
+        raise ProvisionUsageError(f"--server-url {server_url!r} must be https://HOST:6443 (the k3s server's API "
+                                  "address)")
+    try:
+        port = url.port
+    except ValueError:
+        port = -1
+    if port is None:
+        raise ProvisionUsageError(f"--server-url {server_url!r} has no port: k3s's API listens on 6443, so give "
+                                  f"https://{url.hostname}:6443 (or the port the server's https-listen-port sets)")
+    if port < 1 or url.path not in ("", "/") or url.query or url.fragment or url.username:
+        raise ProvisionUsageError(f"--server-url {server_url!r} must be https://HOST:PORT and nothing else, e.g. "
+                                  f"https://{url.hostname}:6443")
+
+
 def validate(provisioning: Provisioning) -> str:
     """Check every option before anything is flashed; returns the token."""
     if provisioning.role is not None and provisioning.role not in ROLES:
         raise ProvisionUsageError(f"--role must be server or agent, got {provisioning.role!r}")
     if provisioning.server_url is not None:
-        url = urllib.parse.urlparse(provisioning.server_url)
-        if url.scheme != "https" or not url.hostname:
-            raise ProvisionUsageError(f"--server-url {provisioning.server_url!r} must be https://HOST:6443 (the k3s "
-                                 "server's API address)")
+        check_server_url(provisioning.server_url)
     if provisioning.role == "agent" and not provisioning.server_url:
         raise ProvisionUsageError("--role agent needs --server-url https://SERVER:6443 and --token-file FILE")
     if bool(provisioning.server_url) != bool(provisioning.token_file):

@@ -17,7 +17,7 @@ from tools.image.build import MACHINES
 # Machines whose image is a whole disk: meta-mender's A/B .uefiimg (never the plain .wic
 # beside it, which has no second slot and so can take no update).
 DISK_MACHINES = {"genericx86-64": "uefiimg"}
-DISK_METHODS = ("full", "disk")  # full: the task's default --method
+DISK_METHODS = ("full", "disk")  # accepted, though meaningless: the disk image is written as it is
 
 
 def kind(machine: str) -> str | None:
@@ -40,7 +40,7 @@ def flashable_machines() -> list[str]:
 def run_disk_flash(options: flash.FlashOptions, machine: str, euid: int | None = None,
                    interactive: bool | None = None) -> list[str]:
     """An x86-64 node: its A/B disk image (--sd-image, else the build's) to --device."""
-    if options.method not in DISK_METHODS:
+    if options.method and options.method not in DISK_METHODS:
         raise flash.FlashUsageError(f"--machine {machine} writes one disk image: no --method {options.method!r} "
                                     "(leave --method out)")
     if not options.device:
@@ -59,16 +59,21 @@ def run_disk_flash(options: flash.FlashOptions, machine: str, euid: int | None =
 
 
 def flash_machine(machine: str, options: flash.FlashOptions) -> list[str]:
-    """`./task flash --machine NAME`."""
+    """`./task flash --machine NAME`. A dry run that went past a place where a real run stops
+    raises DryRunStopped at the end (exit status 1), after showing everything."""
     if machine not in MACHINES or kind(machine) is None:
         why = " (a QEMU image boots in QEMU: ./task smoke-test)" if machine == "qemu" else ""
         raise flash.FlashUsageError(f"--machine {machine!r} cannot be flashed{why}; choose one of: "
                                     f"{', '.join(flashable_machines())}")
     path = kind(machine)
     if path == "orin":
-        return orin.run_orin_flash(options, machine)
-    if path == "thor":
-        return thor.run_thor_flash(options, machine)
-    if path == "disk":
-        return run_disk_flash(options, machine)
-    return flash.run_flash(options, machine=machine)
+        lines = orin.run_orin_flash(options, machine)
+    elif path == "thor":
+        lines = thor.run_thor_flash(options, machine)
+    elif path == "disk":
+        lines = run_disk_flash(options, machine)
+    else:
+        lines = flash.run_flash(options, machine=machine)
+    if options.dry_run and options.stops:
+        raise flash.DryRunStopped(lines, options.stops)
+    return lines

@@ -11,17 +11,16 @@ device of this host is ever written, so --device, --force-device, --sd-image and
 sdcard/external methods are refused. The board stays in the flashing initrd until it is power
 cycled or reset (docs/Flashing.md, step 4). Provisioning goes into the package's data image first,
 as on the Orin (tools/flash/provision.py). On Thor initrd-flash exits 0 whatever the unified flash did,
-so the unified flash's own result line in initrd-flash's log decides whether the board was flashed."""
+so the unified flash's own result line in initrd-flash's log decides whether the board was flashed
+(tools/flash/initrd_flash.py, the reader the Orin shares)."""
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import console
-from tools.flash import orin, usb
+from tools.flash import hosttools, initrd_flash, orin, usb
 from tools.flash.flash import (
     FlashError,
     FlashOptions,
@@ -30,6 +29,8 @@ from tools.flash.flash import (
     provision_package,
     provisioning_token,
     refuse_provisioning_nowhere,
+    require_host_tools,
+    with_method,
 )
 from tools.flash.provision import ProvisionError, check_role, manifest_beside
 from tools.image.build import MACHINES
@@ -45,16 +46,6 @@ THOR_RECOVERY = (
 )
 THOR_RESET = ("power-cycle the Thor (or press Reset) now: it stays in the flashing initrd until it is "
               "reset, then boots the new image (meta-tegra docs/Flashing.md, step 4)")
-
-# On Thor, meta-tegra's initrd-flash (wrynose 727633de, initrd-flash.sh, the T264 branch) pipes
-# NVIDIA's unified flash (out/doflash.sh) through tee and then exits 0 whatever it returned, so
-# its exit status says nothing about the flash. NVIDIA's flash_bsp_images.py ends with one of
-# these lines, which the tee puts into log.initrd-flash.<date> (bootburn_t264_py/
-# flash_bsp_images.py, as the public Seeed-Studio/Linux_for_Tegra copy 06119ad6 of the unified
-# flash tools has it; the R39.2 BSP tarball is not in our mirrors).
-UNIFIED_FLASH_DONE = "Flashing finished Successfully"
-UNIFIED_FLASH_FAILED = ("Flashing finished Unsuccessfully", "raised in flash BSP")
-
 
 @dataclass(frozen=True)
 class ThorTarget:
@@ -92,12 +83,12 @@ HOST_DRIVE_METHODS = ("sdcard", "external")
 
 # Host programs meta-tegra's Thor flashing needs (docs/Flashing.md: dtc, cpp, Python 3 for
 # NVIDIA's unified flash scripts), with their Debian packages; zstd unpacks the package.
-HOST_TOOLS = {
-    "zstd": "zstd",
-    "dtc": "device-tree-compiler",
-    "cpp": "cpp",
-    "python3": "python3",
-}
+HOST_TOOLS = (
+    hosttools.ZSTD,
+    hosttools.HostTool("dtc", "device-tree-compiler"),
+    hosttools.HostTool("cpp", "cpp"),
+    hosttools.HostTool("python3", "python3"),
+)
 
 
 def which_machine_for_which_module() -> str:
@@ -142,20 +133,6 @@ def check_method(options: FlashOptions) -> None:
         raise FlashUsageError(f"unknown --method {options.method!r} for a Thor; choose one of: {', '.join(METHODS)}")
 
 
-def missing_host_tools() -> list[str]:
-    return [f"{tool} (apt-get install {package})" for tool, package in HOST_TOOLS.items() if shutil.which(tool) is None]
-
-
-def check_host_tools(options: FlashOptions) -> None:
-    missing = missing_host_tools()
-    if not missing:
-        return
-    message = "meta-tegra's Thor flashing needs " + ", ".join(missing)
-    if not options.dry_run:
-        raise FlashError(message)
-    console.warn(f"{message} (continuing: --dry-run)")
-
-
 def run_thor_flash(options: FlashOptions, machine: str) -> list[str]:
     """Flash a Thor (`--machine` NAME of tools/image/build.py); returns summary lines. Raises
     FlashError having run no script when an option, the board, the host or the package is not
@@ -164,6 +141,7 @@ def run_thor_flash(options: FlashOptions, machine: str) -> list[str]:
     target = thor_target(MACHINES[machine].yocto_machine)
     token = provisioning_token(options)
     refuse_host_writes(options, target)
+    options = with_method(options)
     check_method(options)
     refuse_provisioning_nowhere(options)
     package = orin.tegraflash_package(options, machine)
@@ -171,41 +149,13 @@ def run_thor_flash(options: FlashOptions, machine: str) -> list[str]:
         check_role(options.provisioning, manifest_beside(package), machine)
     except ProvisionError as error:
         raise FlashError(str(error)) from None
-    check_host_tools(options)
+    require_host_tools(options, HOST_TOOLS, "meta-tegra's Thor flashing")
     board = find_board(options, target.recovery)
     with tempfile.TemporaryDirectory(prefix="gpu-k8s-flash-") as temp:
         workdir = Path(temp)
-        orin.unpack(package, workdir, options.dry_run)
+        # A package made for an Orin, or for the other Thor module, is refused here, unflashed.
+        orin.open_package(options, package, workdir, initrd_flash.THOR, target.yocto_machine, "nvme")
         provisioned = ([provision_package(options, package, workdir, token, machine)]
                        if options.provisioning.wanted else [])
-        flashed = orin.initrd_flash(options, board, workdir, family="Thor")
-        if not options.dry_run:
-            flashed = confirm_unified_flash(workdir, flashed)
-    return [*provisioned, flashed, *([] if options.dry_run else [THOR_RESET])]
-
-
-def unified_flash_verdict(log_text: str) -> str | None:
-    """'done', 'failed', or None when the log has no result line of NVIDIA's unified flash."""
-    if any(marker in log_text for marker in UNIFIED_FLASH_FAILED):
-        return "failed"
-    return "done" if UNIFIED_FLASH_DONE in log_text else None
-
-
-def confirm_unified_flash(workdir: Path, flashed: str) -> str:
-    """initrd-flash exited 0, which on Thor it always does: the unified flash's own result line
-    in initrd-flash's log decides. A failure raises FlashError; with no result line the summary
-    says so instead of claiming a flash, and the logs are kept in both cases."""
-    logs = sorted(workdir.glob("log.initrd-flash.*"))
-    verdict = unified_flash_verdict(logs[-1].read_text(errors="replace")) if logs else None
-    if verdict == "done":
-        return flashed
-    kept = orin.keep_flash_logs(workdir)
-    if verdict == "failed":
-        raise FlashError(
-            "initrd-flash exited 0, but NVIDIA's unified flash reports a failure "
-            f"(\"{UNIFIED_FLASH_FAILED[0]}\" or an exception); {orin.where_logs_are(kept)} and say why: "
-            "the board is not flashed; put it back in recovery mode, check the USB cable (no hub, no VM) and run again"
-        )
-    return (f"initrd-flash finished, but its log has no result line of NVIDIA's unified flash "
-            f"(\"{UNIFIED_FLASH_DONE}\"), so the flash is not confirmed: {orin.where_logs_are(kept)}; "
-            "read them before relying on the board")
+        flashed = initrd_flash.run(options, board, workdir, initrd_flash.THOR)
+    return [*provisioned, *flashed, *([] if options.dry_run or board is None else [THOR_RESET])]

@@ -4,8 +4,9 @@ k3s versions, artifact name). `./task rollout --artifact-url` then points at it.
 
 A Mender artifact is a tar: `version`, `manifest` (sha256 of every other member),
 `manifest.sig` when signed, `header.tar[.gz|.xz]` (header-info: artifact name, device types,
-payload types) and the payload data. We read it with the standard library, so a release
-needs no Mender tools; with --verify-key, mender-artifact also checks the signature."""
+payload types) and the payload data. We read it with the standard library and check the
+signature as the Mender client will (tools/mender_signing.py), against the verify key the image
+holds (recorded beside it by the layer) or --verify-key: a release needs no Mender tools."""
 
 from __future__ import annotations
 
@@ -16,22 +17,26 @@ import lzma
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import IO
 
-from tools import console
+from tools import console, mender_signing
 from tools.flash import provision
-from tools.image import build
+from tools.image import build, preflight
 from tools.paths import BUILD_ROOT
 from tools.usage import UsageError
 
 CHUNK = 4 * 1024 * 1024
 HEADER_NAMES = ("header.tar.gz", "header.tar.xz", "header.tar", "header.tar.zst")
+# A payload member and how its tar is compressed (tarfile's stream modes)
+PAYLOAD_SUFFIXES = {".tar.gz": "gz", ".tar.xz": "xz", ".tar": "", ".tar.zst": "zst"}
+_PAYLOAD = re.compile(r"^data/(\d{4})\.tar(\.gz|\.xz|\.zst)?$")
+_PAYLOAD_FILE = re.compile(r"^data/\d{4}/.+$")
 K3S_PACKAGES = ("k3s", "k3s-server", "k3s-agent", "k3s-bin")
 L4T_PACKAGES = ("nv-tegra-release", "tegra-libraries-core")
 
@@ -50,7 +55,7 @@ class ReleaseOptions:
     build_dir: Path | None = None
     deploy_dir: Path | None = None  # overrides what --kas/--build-dir would find
     output: Path | None = None  # default build/release/<version>
-    verify_key: Path | None = None
+    verify_key: Path | None = None  # the key the boards hold, when not the one the image carries
 
 
 @dataclass
@@ -66,6 +71,7 @@ class ArtifactInfo:
     role: str | None = None  # the k3s role, from the image's manifest
     l4t_version: str | None = None
     k3s_version: str | None = None
+    verify_key_sha256: str | None = None  # the key its signature verified with (mender_signing.FINGERPRINT_NAME)
     source: str = field(default="", repr=False)
 
 
@@ -73,8 +79,8 @@ class ArtifactInfo:
 
 
 def read_mender(path: Path) -> dict[str, object]:
-    """Name, device types, payload types and signature presence, after checking every
-    member against the artifact's own manifest."""
+    """Name, device types, payload types, the manifest and its signature (None: unsigned),
+    after checking every member against the artifact's own manifest."""
     if not tarfile.is_tarfile(path):
         raise ReleaseError(f"{path.name} is not a Mender artifact (not a tar archive)")
     with tarfile.open(path, "r:") as archive:  # the outer tar is never compressed
@@ -89,6 +95,8 @@ def read_mender(path: Path) -> dict[str, object]:
         if header_name is None:
             raise ReleaseError(f"{path.name} has no header member")
         info = _header_info(path, header_name, _member_bytes(archive, members[header_name]))
+        manifest = _member_bytes(archive, members["manifest"])
+        signature = _member_bytes(archive, members["manifest.sig"]) if "manifest.sig" in members else None
     provides = info.get("artifact_provides") or {}
     depends = info.get("artifact_depends") or {}
     name = provides.get("artifact_name") or info.get("artifact_name", "")
@@ -98,7 +106,9 @@ def read_mender(path: Path) -> dict[str, object]:
         "artifact_name": str(name),
         "device_types": [str(d) for d in depends.get("device_type") or info.get("device_types_compatible") or []],
         "payload_types": [str(p.get("type")) for p in info.get("payloads") or []],
-        "signed": "manifest.sig" in members,
+        "signed": signature is not None,
+        "manifest": manifest,  # the signed bytes
+        "signature": signature,
     }
 
 
@@ -109,22 +119,57 @@ def _member_bytes(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
     return stream.read()
 
 
+def _sha256(stream: IO[bytes]) -> str:
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: stream.read(CHUNK), b""):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _payload_digests(path: Path, archive: tarfile.TarFile, members: Mapping[str, tarfile.TarInfo],
+                     index: str) -> dict[str, str]:
+    """sha256 of each file inside payload `index` (data/0000.tar.gz holds rootfs.ext4, which
+    the manifest lists as data/0000/rootfs.ext4), read as a stream."""
+    name = next((f"data/{index}{suffix}" for suffix in PAYLOAD_SUFFIXES if f"data/{index}{suffix}" in members), None)
+    if name is None:
+        return {}
+    if name.endswith(".zst"):
+        raise ReleaseError(f"{path.name} has a zstd payload, which this tool cannot read: build with gzip or xz")
+    stream = archive.extractfile(members[name])
+    assert stream is not None
+    digests = {}
+    with tarfile.open(fileobj=stream, mode="r|" + PAYLOAD_SUFFIXES[name[len(f"data/{index}"):]]) as payload:
+        for member in payload:
+            content = payload.extractfile(member) if member.isfile() else None
+            if content is not None:
+                digests[f"data/{index}/{member.name}"] = _sha256(content)
+    return digests
+
+
 def _check_manifest(path: Path, archive: tarfile.TarFile, members: Mapping[str, tarfile.TarInfo]) -> None:
+    """Every file the manifest lists, as the Mender client checks it: the outer members by
+    their own bytes, the payloads' files (data/NNNN/FILE) by theirs; a payload file it does
+    not list is refused too."""
     listed = {}
     for line in _member_bytes(archive, members["manifest"]).decode("utf-8", "replace").splitlines():
         parts = line.split()
         if len(parts) == 2:
             listed[parts[1]] = parts[0]
+    payloads = sorted({match[1] for name in members if (match := _PAYLOAD.match(name))})
+    actual = {name: digest for index in payloads for name, digest in _payload_digests(path, archive, members,
+                                                                                       index).items()}
     for name, digest in listed.items():
-        if name not in members:
+        if name not in actual and _PAYLOAD_FILE.match(name) is None and name in members:
+            stream = archive.extractfile(members[name])
+            assert stream is not None
+            actual[name] = _sha256(stream)
+        if name not in actual:
             raise ReleaseError(f"{path.name} is incomplete: its manifest lists {name}, which is missing")
-        stream = archive.extractfile(members[name])
-        assert stream is not None
-        actual = hashlib.sha256()
-        for chunk in iter(lambda: stream.read(CHUNK), b""):  # noqa: B023 - consumed right here
-            actual.update(chunk)
-        if actual.hexdigest() != digest:
+        if actual[name] != digest:
             raise ReleaseError(f"{path.name} is corrupt: {name} does not match its manifest checksum")
+    unlisted = sorted(name for name in actual if name not in listed)
+    if unlisted:
+        raise ReleaseError(f"{path.name} is corrupt: {unlisted[0]} is not in its manifest")
 
 
 def _header_info(path: Path, name: str, data: bytes) -> dict:
@@ -280,11 +325,10 @@ def artifact_info(path: Path, machine: str, verify_key: Path | None) -> Artifact
         )
     payload_types = list(details["payload_types"])  # type: ignore[call-overload]
     check_payload(path, machine, payload_types)
-    if verify_key is not None:
-        verify_signature(path, verify_key)
     manifest = path.with_name(path.name.removesuffix(".mender") + ".manifest")
     if not manifest.is_file():
         manifest = provision.manifest_beside(path) or manifest
+    key = check_signature(path, details, image_verify_key(manifest), verify_key)
     is_tegra = machine.startswith("jetson") or "tegra" in machine
     return ArtifactInfo(
         file=path.name,
@@ -298,8 +342,54 @@ def artifact_info(path: Path, machine: str, verify_key: Path | None) -> Artifact
         role=provision.image_role(manifest),
         l4t_version=image_manifest_versions(manifest, L4T_PACKAGES) if is_tegra else None,
         k3s_version=image_manifest_versions(manifest, K3S_PACKAGES),
+        verify_key_sha256=key.fingerprint,
         source=str(path),
     )
+
+
+def image_verify_key(manifest: Path) -> Path:
+    """Where the build recorded the verify key the image holds: beside its manifest
+    (classes/gpu_k8s_mender.bbclass, gpu_k8s_deploy_verify_key)."""
+    return manifest.with_name(preflight.deployed_verify_key_name(manifest.name))
+
+
+def read_verify_key(path: Path, what: str) -> mender_signing.PublicKey:
+    try:
+        return mender_signing.verify_public_key(path.read_bytes(), path, what)
+    except OSError as error:
+        raise ReleaseError(f"{what} {path} cannot be read: {error.strerror or error}") from None
+    except mender_signing.KeyProblem as problem:
+        raise ReleaseError(f"{problem.reason}; fix: {problem.fix}") from None
+
+
+def check_signature(path: Path, details: dict[str, object], recorded: Path,
+                    verify_key: Path | None) -> mender_signing.PublicKey:
+    """The key the artifact's signature verifies with: --verify-key (the key the boards hold,
+    when it changed) or else the one the image holds. Raises ReleaseError when the signature
+    would be rejected, or when nothing says which key the boards hold."""
+    image_key = read_verify_key(recorded, "the image's verify key") if recorded.is_file() else None
+    given = read_verify_key(verify_key, "--verify-key") if verify_key is not None else None
+    key = given or image_key
+    if key is None:
+        raise ReleaseError(
+            f"{path.name}: no record of the verify key its image holds ({recorded.name} beside its manifest; "
+            "builds from before ./task build recorded it have none), so its signature cannot be checked: rebuild "
+            "it, or give the key the boards hold with --verify-key FILE"
+        )
+    which = f"--verify-key {verify_key}" if given else f"the verify key the image holds, {recorded}"
+    problem = mender_signing.signature_problem(details["manifest"], details["signature"], key)  # type: ignore[arg-type]
+    if problem:
+        raise ReleaseError(
+            f"{path.name}: {problem} with {which} ({key.kind}, fingerprint {key.fingerprint}: "
+            f"{mender_signing.FINGERPRINT_NAME}), so boards holding that key would refuse it. Sign with that key's "
+            "private half (MENDER_ARTIFACT_SIGNING_KEY; ./task build checks the pair) and rebuild; if the boards "
+            "hold another key, name it with --verify-key"
+        )
+    if given and image_key and given != image_key:
+        console.warn(f"{path.name} is signed for boards holding --verify-key {verify_key}, but its image holds "
+                     f"another verify key ({image_key.fingerprint[:16]}...): once updated, those boards take only "
+                     "artifacts signed by that key's private half")
+    return key
 
 
 def distinct_file_names(artifacts: list[ArtifactInfo]) -> list[ArtifactInfo]:
@@ -330,32 +420,6 @@ def one_per_device_type(artifacts: list[ArtifactInfo]) -> None:
                     "with --kas or --deploy-dir; a second role of one machine gets its own device type when built "
                     "with ./task build --role (MACHINE-agent or MACHINE-server)"
                 )
-
-
-def mender_artifact_tool() -> str | None:
-    """mender-artifact on PATH, else the one a build made for itself (mender-artifact-native)."""
-    on_path = shutil.which("mender-artifact")
-    if on_path:
-        return on_path
-    built = sorted(BUILD_ROOT.glob("*/build/tmp/sysroots-components/*/mender-artifact-native/usr/bin/mender-artifact"))
-    return str(built[-1]) if built else None
-
-
-def verify_signature(path: Path, key: Path) -> None:
-    tool = mender_artifact_tool()
-    if tool is None:
-        raise ReleaseError(
-            "--verify-key needs mender-artifact: sudo apt-get install mender-artifact (Debian 12, Ubuntu), or "
-            "any ./task build of an A/B image makes one (build/*/build/tmp/sysroots-components/*/"
-            "mender-artifact-native/usr/bin), or Mender's downloads page (https://docs.mender.io/downloads)"
-        )
-    if not key.is_file():
-        raise ReleaseError(f"--verify-key {key}: no such file")
-    result = subprocess.run([tool, "validate", "-k", str(key), str(path)], capture_output=True, text=True,
-                            check=False)
-    if result.returncode != 0:
-        detail = (result.stderr or result.stdout).strip().splitlines()
-        raise ReleaseError(f"{path.name}: signature does not verify with {key}: {detail[-1] if detail else '?'}")
 
 
 def file_sha256(path: Path) -> str:

@@ -1,13 +1,18 @@
 """`rollout`: roll an OS release over the fleet with system-upgrade-controller (v0.20.1).
 
-One Plan pair per device type (the Mender device type each image labels its node with,
-update.gpu-k8s.io/device-type), each with that type's artifact, so no node is ever cordoned
-for an artifact it cannot install. Each pair has two rings rendered from
-templates/rollout/plan.yaml.j2: `canary` (nodes labelled update.gpu-k8s.io/ring=canary, one
-at a time) and `fleet` (every other node of the type), whose prepare step waits until the
-canary Plan of its type completed this version. Each node's job runs `chroot /host
-gpu-k8s-update upgrade`, which succeeds only after the new slot passed its health gate; a
-node that rolled back fails its job, and the rollout stops there."""
+Rings, each a Plan rendered from templates/rollout/plan.yaml.j2, as k3s's own upgrade guidance
+orders them: first the `server` ring (one Plan for every k3s server of every device type in the
+release, one node at a time, cordoned but not drained: a server's pods, CoreDNS and the
+controller itself among them, have nowhere else to go in a small cluster, and its reboot takes
+the API server with it), then per device type (the Mender device type each image labels its
+node with, update.gpu-k8s.io/device-type) a `canary` ring (agents labelled
+update.gpu-k8s.io/ring=canary, one at a time) and a `fleet` ring (every other agent). An agent
+ring's prepare step waits until the rings before it completed this version. Every job runs
+`chroot /host gpu-k8s-update upgrade --artifact TYPE=URL ...`: the node installs the artifact
+of its own device type only (the server ring spans device types), and succeeds only after the
+new slot passed its health gate; a node that rolled back fails its job, and the rollout stops
+there. No node is ever cordoned for an artifact it cannot install: every Plan selects only the
+device types it carries artifacts for."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import jinja2
 import yaml
 
 from tools import console
+from tools.fleet.version import version_problem
 from tools.usage import UsageError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "rollout"
@@ -35,13 +41,22 @@ RING_LABEL = "update.gpu-k8s.io/ring"
 # Written by every image (gpu-k8s-k3s-config, GPU_K8S_UPDATE_DEVICE_TYPE): the Mender device
 # type its artifacts must name.
 DEVICE_TYPE_LABEL = "update.gpu-k8s.io/device-type"
+# k3s labels its servers (control-plane nodes) with it, value "true"; agents carry none.
+SERVER_LABEL = "node-role.kubernetes.io/control-plane"
 UPGRADE_IMAGE = "localhost/gpu-k8s-upgrade:latest"
-RINGS = ("canary", "fleet", "all")
+RINGS = ("server", "canary", "fleet", "all")
 PLAN_PREFIX = "gpu-k8s-os-"
-# Fits a Nano: drain (10 min at most), download + write a GB rootfs to SD, reboot, gate (15 min).
-CANARY_DEADLINE_S = 3600
-# The fleet ring's jobs start at once and wait in prepare for the canaries: give them time.
-FLEET_DEADLINE_S = 4 * 3600
+SERVER_PLAN = PLAN_PREFIX + "server"
+# One server: download, write the other slot, reboot (the API server with it), gate (15 min).
+SERVER_DEADLINE_S = 3600
+# A canary job starts at once and waits in prepare for the server ring, then fits a Nano: drain
+# (10 min at most), download + write a GB rootfs to SD, reboot, gate (15 min).
+CANARY_DEADLINE_S = 3 * 3600
+# The fleet ring's jobs start at once and wait in prepare for the servers and the canaries.
+FLEET_DEADLINE_S = 6 * 3600
+# How long `follow` waits for an API server that stopped answering (a server rebooting into its
+# update) before it leaves the rollout to the cluster.
+API_OUTAGE_LIMIT_S = 30 * 60
 DRAIN_TIMEOUT = "10m"
 POST_COMPLETE_DELAY = "2m"
 FOLLOW_INTERVAL_S = 15.0
@@ -52,7 +67,6 @@ PREPARE_SCRIPT = (
     'exec chroot /host gpu-k8s-update wait-plan "$@"'
 )
 
-_VERSION = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._+-]{0,61}[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 # Plan names hold the device type and SUC makes label keys of them: a DNS label, 63 at most.
 _DEVICE_TYPE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,43}[a-z0-9])?$")
@@ -65,6 +79,10 @@ class RolloutError(Exception):
 
 class RolloutUsageError(RolloutError, UsageError):
     """An option value or combination no cluster could take."""
+
+
+class ClusterUnreachable(RolloutError):
+    """No API server answered kubectl (as opposed to one answering with an error)."""
 
 
 @dataclass(frozen=True)
@@ -85,17 +103,41 @@ class RolloutOptions:
 
 @dataclass(frozen=True)
 class Ring:
-    name: str
-    operator: str  # In / NotIn the canary label
+    name: str  # server, canary or fleet
     concurrency: int
     deadline_s: int
-    device_type: str
-    artifact_url: str
-    waits_for: Ring | None = None
+    # server: every artifact of the rollout (each server picks its own type's); otherwise one
+    artifacts: tuple[Artifact, ...]
+    waits_for: tuple[str, ...] = ()  # Plans that must complete this version before a node starts
+
+    @property
+    def is_server(self) -> bool:
+        return self.name == "server"
+
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        return tuple(artifact.device_type for artifact in self.artifacts)
+
+    @property
+    def device_type(self) -> str:
+        """An agent ring's one device type ('' for the server ring, which spans them)."""
+        return "" if self.is_server else self.artifacts[0].device_type
 
     @property
     def plan_name(self) -> str:
-        return f"{PLAN_PREFIX}{self.name}-{self.device_type}"
+        return SERVER_PLAN if self.is_server else f"{PLAN_PREFIX}{self.name}-{self.device_type}"
+
+
+def plan_name(ring: str, device_type: str = "") -> str:
+    return SERVER_PLAN if ring == "server" else f"{PLAN_PREFIX}{ring}-{device_type}"
+
+
+def describe_plan(name: str) -> str:
+    """'the server ring', 'the canary ring of jetson-nano-devkit'."""
+    if name == SERVER_PLAN:
+        return "the server ring"
+    ring, _, device_type = name.removeprefix(PLAN_PREFIX).partition("-")
+    return f"the {ring} ring of {device_type}"
 
 
 # ---------------------------------------------------------------- input
@@ -119,11 +161,9 @@ def parse_selector(selector: str | None) -> list[tuple[str, str]]:
 
 def validate(options: RolloutOptions) -> None:
     """Every check that needs no cluster; one line naming the problem and the fix."""
-    if not _VERSION.match(options.version) or len(options.version) > 63:
-        raise RolloutUsageError(
-            f"--version {options.version!r} must be 1-63 letters, digits, '.', '_', '+' or '-', starting and "
-            "ending with a letter or digit (it becomes a Kubernetes label value), e.g. 1.4.0"
-        )
+    problem = version_problem(options.version)
+    if problem:
+        raise RolloutUsageError(f"--version {problem}")
     if not options.artifacts:
         raise RolloutUsageError("no artifact to roll out: give --artifact-url URL --device-type TYPE, or --release DIR "
                            "--base-url URL")
@@ -154,19 +194,32 @@ def check_artifact(artifact: Artifact) -> None:
 
 
 def rings(options: RolloutOptions) -> list[Ring]:
-    """The rings to apply, per device type. The canary ring updates one node at a time
-    whatever --concurrency says: its first failure must stop everything."""
-    chosen = []
-    for artifact in options.artifacts:
-        canary = Ring("canary", "In", 1, CANARY_DEADLINE_S, artifact.device_type, artifact.url)
-        fleet = Ring("fleet", "NotIn", options.concurrency, FLEET_DEADLINE_S, artifact.device_type, artifact.url,
-                     waits_for=canary)
-        chosen += {"canary": [canary], "fleet": [fleet], "all": [canary, fleet]}[options.ring]
-    return chosen
+    """The rings to apply, in order. The server ring and each canary ring update one node at a
+    time whatever --concurrency says: the first failure must stop everything. `--ring canary`
+    brings the server ring too (it must come first; a server already on this version is done at
+    once); `--ring fleet` only the fleet rings, after the rest completed."""
+    server = Ring("server", 1, SERVER_DEADLINE_S, options.artifacts)
+    canaries = [Ring("canary", 1, CANARY_DEADLINE_S, (artifact,), (SERVER_PLAN,)) for artifact in options.artifacts]
+    fleets = [Ring("fleet", options.concurrency, FLEET_DEADLINE_S, (artifact,),
+                   (SERVER_PLAN, plan_name("canary", artifact.device_type))) for artifact in options.artifacts]
+    return {"server": [server], "canary": [server, *canaries], "fleet": fleets,
+            "all": [server, *canaries, *fleets]}[options.ring]
+
+
+def labels_of(node: Mapping[str, Any]) -> Mapping[str, str]:
+    return node.get("metadata", {}).get("labels") or {}
 
 
 def device_type_of(node: Mapping[str, Any]) -> str:
-    return (node.get("metadata", {}).get("labels") or {}).get(DEVICE_TYPE_LABEL, "")
+    return labels_of(node).get(DEVICE_TYPE_LABEL, "")
+
+
+def is_server(node: Mapping[str, Any]) -> bool:
+    return labels_of(node).get(SERVER_LABEL) == "true"
+
+
+def name_of(node: Mapping[str, Any]) -> str:
+    return str(node.get("metadata", {}).get("name", "?"))
 
 
 def check_base_url(base_url: str) -> str:
@@ -261,6 +314,9 @@ def render_plans(options: RolloutOptions) -> str:
             namespace=NAMESPACE,
             ring_label=RING_LABEL,
             device_type_label=DEVICE_TYPE_LABEL,
+            server_label=SERVER_LABEL,
+            artifacts_annotation=json.dumps({a.device_type: a.url for a in ring.artifacts}, sort_keys=True),
+            waits_for=[describe_plan(name) for name in ring.waits_for],
             version=options.version,
             selector=parse_selector(options.selector),
             image=UPGRADE_IMAGE,
@@ -292,13 +348,14 @@ def run_kubectl(args: Sequence[str], stdin: str | None = None) -> subprocess.Com
             f"{argv[0]} not found: install kubectl, or set GPU_K8S_KUBECTL (e.g. 'k3s kubectl')"
         ) from None
     except subprocess.TimeoutExpired:
-        raise RolloutError(f"{shlex.join(argv)} did not answer within 120 s: is the cluster reachable?") from None
+        raise ClusterUnreachable(f"{shlex.join(argv)} did not answer within 120 s: is the cluster reachable?") from None
 
 
 def kubectl_json(kubectl: Kubectl, *args: str) -> dict[str, Any]:
     result = kubectl([*args, "-o", "json"], None)
     if result.returncode != 0:
-        raise RolloutError(f"kubectl {' '.join(args)} failed: {last_line(result.stderr)}")
+        message = f"kubectl {' '.join(args)} failed: {last_line(result.stderr)}"
+        raise ClusterUnreachable(message) if cluster_unreachable(result.stderr) else RolloutError(message)
     return json.loads(result.stdout)
 
 
@@ -337,15 +394,20 @@ def crd_failure(stderr: str) -> str:
     return f"kubectl get crd plans.upgrade.cattle.io failed: {said}"
 
 
-def preflight(options: RolloutOptions, kubectl: Kubectl) -> list[str]:
+def selected_nodes(options: RolloutOptions, nodes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    selector = parse_selector(options.selector)
+    return [node for node in nodes if all(labels_of(node).get(k) == v for k, v in selector)]
+
+
+def preflight(options: RolloutOptions, kubectl: Kubectl) -> tuple[list[str], list[str]]:
     """Refuse before applying anything when the rollout could not work or would touch a
-    node that cannot install its artifact. Returns notes about nodes left out."""
+    node that cannot install its artifact. Returns (notes about nodes left out, what the
+    control plane does meanwhile)."""
     crd = kubectl(["get", "crd", "plans.upgrade.cattle.io"], None)
     if crd.returncode != 0:
         raise RolloutError(crd_failure(crd.stderr))
-    selector = parse_selector(options.selector)
-    nodes = [n for n in kubectl_json(kubectl, "get", "nodes").get("items", [])
-             if all((n.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in selector)]
+    every_node = kubectl_json(kubectl, "get", "nodes").get("items", [])
+    nodes = selected_nodes(options, every_node)
     by_type: dict[str, list[Mapping[str, Any]]] = {}
     for item in nodes:
         by_type.setdefault(device_type_of(item), []).append(item)
@@ -357,40 +419,73 @@ def preflight(options: RolloutOptions, kubectl: Kubectl) -> list[str]:
                 f"{artifact.url} fits no node; the selected nodes' device types: {present}"
             )
     wanted = {artifact.device_type for artifact in options.artifacts}
+    agents = {kind: [n for n in items if not is_server(n)] for kind, items in by_type.items()}
     if options.ring in ("canary", "all"):
         for device_type in sorted(wanted):
-            canaries = [n for n in by_type[device_type]
-                        if (n["metadata"].get("labels") or {}).get(RING_LABEL) == "canary"]
+            if not agents[device_type]:
+                continue  # only servers of this type: the server ring is their canary
+            canaries = [n for n in agents[device_type] if labels_of(n).get(RING_LABEL) == "canary"]
             if not canaries:
-                names = ", ".join(n["metadata"]["name"] for n in by_type[device_type][:3])
+                names = ", ".join(name_of(n) for n in agents[device_type][:3])
                 raise RolloutError(
-                    f"no node of device type {device_type} is labelled {RING_LABEL}=canary: label one or two "
+                    f"no agent of device type {device_type} is labelled {RING_LABEL}=canary: label one or two "
                     f"first (kubectl label node NAME {RING_LABEL}=canary; e.g. one of {names})"
                 )
     if options.ring == "fleet":
+        _refuse_unless_complete(options, kubectl, SERVER_PLAN, "the server ring")
         for device_type in sorted(wanted):
-            plan = kubectl([*_plan_ref("canary", device_type), "-o", "json"], None)
-            done = False
-            if plan.returncode == 0:
-                state = plan_summary(json.loads(plan.stdout))
-                done = state["version"] == suc_version(options.version) and state["complete"]
-            if not done:
-                raise RolloutError(
-                    f"the canary ring of {device_type} has not completed {options.version}: its fleet Plan "
-                    "would wait forever; run --ring canary first (or --ring all)"
-                )
+            if agents[device_type]:
+                _refuse_unless_complete(options, kubectl, plan_name("canary", device_type),
+                                        f"the canary ring of {device_type}")
     notes = []
     for device_type, items in sorted(by_type.items()):
         if device_type not in wanted:
-            names = ", ".join(n["metadata"]["name"] for n in items)
+            names = ", ".join(name_of(n) for n in items)
             why = (f"they carry no {DEVICE_TYPE_LABEL} label (an image from before it; label them by hand if "
                    "you know their type)" if not device_type else f"this release has no {device_type} artifact")
             notes.append(f"left alone: {names}: {why}")
-    return notes
+    if options.ring == "fleet":
+        return notes, ["the server ring completed this release already: the control plane is not touched"]
+    servers = [n for n in every_node if is_server(n)]
+    updated = [n for n in nodes if is_server(n) and device_type_of(n) in wanted]
+    return notes, control_plane_plan(servers, updated, updating_agents=options.ring != "server")
 
 
-def _plan_ref(ring: str, device_type: str) -> list[str]:
-    return ["-n", NAMESPACE, "get", "plans.upgrade.cattle.io", f"{PLAN_PREFIX}{ring}-{device_type}"]
+def _refuse_unless_complete(options: RolloutOptions, kubectl: Kubectl, name: str, what: str) -> None:
+    plan = kubectl(["-n", NAMESPACE, "get", "plans.upgrade.cattle.io", name, "-o", "json"], None)
+    if plan.returncode != 0 or not plan_done(json.loads(plan.stdout), options.version):
+        raise RolloutError(
+            f"{what} has not completed {options.version}: the fleet Plans would wait forever; run --ring canary "
+            "first (or --ring all)"
+        )
+
+
+def control_plane_plan(servers: Sequence[Mapping[str, Any]], updated: Sequence[Mapping[str, Any]],
+                       updating_agents: bool = True) -> list[str]:
+    """What happens to the control plane while this rollout runs, in a few lines for the person
+    who started it."""
+    names = ", ".join(name_of(n) for n in updated)
+    if not updated:
+        lines = ["no k3s server is updated by this rollout: the control plane keeps running its release"]
+        if servers and updating_agents:
+            lines.append("agents must not run a newer k3s than the servers (Kubernetes' version skew policy): "
+                         "update the servers first when a release moves k3s")
+        return lines
+    lines = [f"servers first, one at a time: {names}; each is cordoned, not drained (its pods, the "
+             "system-upgrade-controller's among them, stay where they are), then installs, reboots and "
+             "passes its health gate against its own API server before the next node starts"]
+    if len(servers) == 1:
+        lines.append(f"{name_of(updated[0])} is the only server: while it reboots the API server is down for "
+                     "minutes (kubectl, the controller and this command pause; running pods keep running; the "
+                     "agents' jobs wait for the server ring); this command waits for it to come back")
+    elif len(servers) == 2:
+        lines.append("two servers: with k3s's embedded etcd neither keeps quorum alone, so the API server pauses "
+                     "while each one reboots (an external datastore keeps it up)")
+    else:
+        lines.append(f"{len(servers)} servers: the others keep the API server up while one reboots")
+    if updating_agents:
+        lines.append("agents follow only once every server runs the release (their jobs wait in prepare)")
+    return lines
 
 
 def apply(manifest: str, kubectl: Kubectl) -> None:
@@ -431,13 +526,21 @@ class NodeState:
 
 
 def selects(node: Mapping[str, Any], ring: Ring, selector: Sequence[tuple[str, str]]) -> bool:
-    labels = node.get("metadata", {}).get("labels") or {}
-    if labels.get(DEVICE_TYPE_LABEL) != ring.device_type:
+    """Whether the ring's Plan selects the node (the template's nodeSelector, evaluated here)."""
+    labels = labels_of(node)
+    if labels.get(DEVICE_TYPE_LABEL) not in ring.device_types:
         return False
-    is_canary = labels.get(RING_LABEL) == "canary"
-    if is_canary != (ring.operator == "In"):
+    if not all(labels.get(key) == value for key, value in selector):
         return False
-    return all(labels.get(key) == value for key, value in selector)
+    if ring.is_server or is_server(node):
+        return ring.is_server and is_server(node)
+    return (labels.get(RING_LABEL) == "canary") == (ring.name == "canary")
+
+
+def job_for(jobs: Sequence[Mapping[str, Any]], plan: str, node: str) -> list[Mapping[str, Any]]:
+    return [job for job in jobs
+            if (job.get("metadata", {}).get("labels") or {}).get("upgrade.cattle.io/node") == node
+            and (job.get("metadata", {}).get("labels") or {}).get("upgrade.cattle.io/plan") == plan]
 
 
 def node_states(
@@ -454,36 +557,30 @@ def node_states(
     for node in nodes:
         if not selects(node, ring, selector):
             continue
-        name = node["metadata"]["name"]
-        labels = node["metadata"].get("labels") or {}
-        node_jobs = [
-            job for job in jobs
-            if (job.get("metadata", {}).get("labels") or {}).get("upgrade.cattle.io/node") == name
-            and (job.get("metadata", {}).get("labels") or {}).get("upgrade.cattle.io/plan") == ring.plan_name
-        ]
-        if summary["hash"] and labels.get(done_label) == summary["hash"]:
+        name = name_of(node)
+        if summary["hash"] and labels_of(node).get(done_label) == summary["hash"]:
             states.append(NodeState(ring.name, name, "done", "updated, gate passed, committed"))
             continue
-        states.append(_job_state(ring, name, node_jobs))
+        states.append(job_state(ring.name, name, job_for(jobs, ring.plan_name, name)))
     return states
 
 
-def _job_state(ring: Ring, node: str, jobs: Sequence[Mapping[str, Any]]) -> NodeState:
+def job_state(ring: str, node: str, jobs: Sequence[Mapping[str, Any]]) -> NodeState:
     if not jobs:
-        return NodeState(ring.name, node, "waiting", "not started (concurrency or an earlier node)")
+        return NodeState(ring, node, "waiting", "not started (concurrency or an earlier node)")
     job = max(jobs, key=lambda j: j.get("metadata", {}).get("creationTimestamp", ""))
     status = job.get("status") or {}
     for condition in status.get("conditions") or []:
         if condition.get("type") == "Failed" and condition.get("status") == "True":
             why = condition.get("reason", "Failed")
             message = condition.get("message", "")
-            return NodeState(ring.name, node, "FAILED", f"job {job['metadata']['name']}: {why} {message}".strip())
+            return NodeState(ring, node, "FAILED", f"job {job['metadata']['name']}: {why} {message}".strip())
         if condition.get("type") == "Complete" and condition.get("status") == "True":
-            return NodeState(ring.name, node, "done", "job complete")
+            return NodeState(ring, node, "done", "job complete")
     failed = int(status.get("failed") or 0)
     # The job's first pod dies with the node's reboot; the next one confirms the new slot.
     attempt = " (after its reboot)" if failed else ""
-    return NodeState(ring.name, node, "updating", f"job {job['metadata']['name']} running{attempt}")
+    return NodeState(ring, node, "updating", f"job {job['metadata']['name']} running{attempt}")
 
 
 @dataclass(frozen=True)
@@ -506,9 +603,10 @@ def assess(
     for ring in rings(options):
         plan = plans.get(ring.plan_name)
         ring_states = node_states(ring, plan, nodes, jobs, selector)
-        if ring.waits_for and plan_done(plans.get(ring.waits_for.plan_name), options.version) is False:
+        blocking = [name for name in ring.waits_for if not plan_done(plans.get(name), options.version)]
+        if blocking:
             ring_states = [
-                NodeState(s.ring, s.node, "waiting", f"for the {ring.waits_for.name} ring of {ring.device_type}")
+                NodeState(s.ring, s.node, "waiting", f"for {describe_plan(blocking[0])}")
                 if s.state in ("updating", "waiting") else s
                 for s in ring_states
             ]
@@ -548,15 +646,48 @@ def snapshot(options: RolloutOptions, kubectl: Kubectl) -> Progress:
     return assess(options, plans, nodes, jobs, job_log)
 
 
-def follow(options: RolloutOptions, kubectl: Kubectl, sleep: Callable[[float], None] = time.sleep) -> Progress:
-    """Print each node's state when it changes, until every ring completed or a node failed."""
+def outage_note(said: str, last: Sequence[NodeState], options: RolloutOptions | None = None) -> str:
+    """What an API server that stopped answering most likely means, from the last states seen."""
+    servers = [state.node for state in last if state.ring == "server" and state.state == "updating"]
+    if not last and options is not None and options.ring in ("server", "canary", "all"):
+        return (f"the API server does not answer ({said}): most likely a server of this rollout is rebooting into "
+                "its update, and the control plane with it; running pods keep running; waiting for it to come back")
+    if servers:
+        return (f"the API server does not answer ({said}): {', '.join(servers)} is rebooting into its update, and "
+                "the control plane with it; running pods keep running; waiting for it to come back")
+    return f"the API server does not answer ({said}); waiting for it to come back"
+
+
+def follow(options: RolloutOptions, kubectl: Kubectl, sleep: Callable[[float], None] = time.sleep,
+           clock: Callable[[], float] = time.monotonic) -> Progress:
+    """Print each node's state when it changes, until every ring completed or a node failed.
+    An API server that stops answering (a server rebooting into its update takes it along) is
+    waited for, up to API_OUTAGE_LIMIT_S, and said so once."""
     seen: dict[tuple[str, str], NodeState] = {}
+    last: list[NodeState] = []
+    outage_since: float | None = None
     while True:
-        progress = snapshot(options, kubectl)
+        try:
+            progress = snapshot(options, kubectl)
+        except ClusterUnreachable as outage:
+            if outage_since is None:
+                outage_since = clock()
+                console.info(outage_note(str(outage).split(" failed: ", 1)[-1], last, options))
+            elif clock() - outage_since > API_OUTAGE_LIMIT_S:
+                raise RolloutError(
+                    f"the API server has not answered for {API_OUTAGE_LIMIT_S // 60} minutes ({outage}); the "
+                    "rollout goes on in the cluster: look again with ./task status once it answers"
+                ) from None
+            sleep(FOLLOW_INTERVAL_S)
+            continue
+        if outage_since is not None:
+            console.info(f"the API server answers again (after {clock() - outage_since:.0f} s)")
+            outage_since = None
         for state in progress.states:
             if seen.get((state.ring, state.node)) != state:
                 console.info(f"{state.ring:6}  {state.node:24}  {state.state:8}  {state.detail}")
                 seen[(state.ring, state.node)] = state
+        last = progress.states
         if progress.stopped or progress.finished:
             return progress
         sleep(FOLLOW_INTERVAL_S)
@@ -569,8 +700,12 @@ def run_rollout(options: RolloutOptions, kubectl: Kubectl | None = None) -> Prog
         return None
     kubectl = kubectl or run_kubectl
     console.step(f"checking the cluster for a rollout of {options.version} ({options.ring})")
-    for note in preflight(options, kubectl):
+    notes, control_plane = preflight(options, kubectl)
+    for note in notes:
         console.warn(note)
+    console.step("the control plane meanwhile")
+    for line in control_plane:
+        console.info(line)
     console.step("applying the Plans")
     apply(manifest, kubectl)
     console.step("following the rollout (Ctrl-C stops following; the rollout goes on in the cluster)")

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from tools import console, process
-from tools.image import hostcheck, preflight
+from tools.image import hostcheck, kas_config, preflight
 from tools.image import manifest as image_manifest
 from tools.image import requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
@@ -70,7 +70,7 @@ MACHINES: dict[str, MachineTarget] = {
     "jetson-agx-orin": MachineTarget(
         "kas/jetson-orin-nano.yml:kas/include/machine-jetson-agx-orin-devkit.yml", "jetson-agx-orin-devkit",
         "gpu-k8s-image", (req.JETSON, req.JETSON_ORIN), update_payload=TEGRA_NATIVE_PAYLOAD,
-        board="Jetson AGX Orin devkit"),
+        board="Jetson AGX Orin devkit, rootfs on its eMMC"),
     # Jetson AGX Thor (wrynose): the devkit (T5000 module) with its rootfs on NVMe; the T4000
     # module on the same carrier is the same kas file with a machine override (docs/layer.md,
     # "Jetson Thor").
@@ -202,6 +202,11 @@ def build_environment(options: BuildOptions, environ: Mapping[str, str]) -> dict
     for name in (*own_dirs, *PASSTHROUGH_VARIABLES):
         if environ.get(name):
             env[name] = environ[name]
+    # A key path is meant from where the person ran ./task; kas runs in the repository and
+    # bitbake's tasks each in a directory of their own, so it goes on absolute.
+    for name in preflight.KEY_VARIABLES:
+        if environ.get(name):
+            env[name] = str(Path(environ[name]).expanduser().absolute())
     env.update({name: value for name, value in options.settings.items() if value})
     return env
 
@@ -329,17 +334,19 @@ def carries_nvidia(machine: str) -> bool:
     return req.NVIDIA in machine_target(machine).kinds
 
 
+def release_check(options: BuildOptions, env: Mapping[str, str]) -> preflight.ReleaseCheck:
+    """The A/B image's keys and version, from the environment kas gets and the build's site.conf."""
+    kas_files = preflight.kas_paths(kas_file_for(options.machine, options.role, options.accept_nvidia_licence))
+    site_conf = Path(env["KAS_BUILD_DIR"]) / "conf" / "site.conf"
+    return preflight.release_check(kas_files, image_name(options), env, site_conf)
+
+
 def refuse_unfit_host(options: BuildOptions, env: Mapping[str, str]) -> list[hostcheck.Problem]:
     facts = hostcheck.gather_host_facts(Path(env["KAS_BUILD_DIR"]))
     problems = hostcheck.check_build_host(facts, options.min_free_gb, next_step=build_command_line(options))
     kas_files = preflight.kas_paths(kas_file_for(options.machine, options.role, options.accept_nvidia_licence))
     site_conf = Path(env["KAS_BUILD_DIR"]) / "conf" / "site.conf"
-    # Before any build work: without keys an A/B image would fail at do_rootfs, hours in.
-    signing = preflight.signing_problem(kas_files, image_name(options), env, site_conf)
-    if signing:
-        problems.append(hostcheck.Problem("update-signing keys: the A/B image's artifacts cannot be signed",
-                                          signing))
-    # ... and without the licence bitbake stops at parse time, after kas fetched every layer.
+    # Without the licence bitbake stops at parse time, after kas fetched every layer.
     licence = preflight.nvidia_licence_problem(kas_files, carries_nvidia(options.machine), site_conf)
     if licence:
         problems.append(hostcheck.Problem("NVIDIA's driver licence is not accepted", licence))
@@ -368,19 +375,32 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
         )
     if absent:
         console.warn(f"{', '.join(absent)} does not exist yet (continuing: --dry-run)")
+    # kas's own loader and schema, on every file and include, before the host check and hours of work
+    unloadable = [] if absent else kas_config.config_errors(kas_files)
+    if unloadable and not options.dry_run:
+        raise BuildError(f"kas cannot load {kas_argument}: {unloadable[0]}; fix the kas file (./task lint checks "
+                         "every kas file against kas's schema)")
+    for error in unloadable:
+        console.warn(f"kas cannot load {kas_argument}: {error} (continuing: --dry-run)")
 
-    console.step("checking the build host")
-    problems = refuse_unfit_host(options, {**environ, **command.env})
+    console.step("checking the build host, the update-signing keys and the release version")
+    # Before any build work: a key mender-artifact cannot read fails when bitbake signs, hours in;
+    # a verify key of another pair strands every board; a version rollout refuses is found only there.
+    release = release_check(options, {**environ, **command.env})
+    for line in release.lines():
+        console.info(line)
+    problems = [*refuse_unfit_host(options, {**environ, **command.env}), *release.problems]
     for problem in problems:
         console.info(f"- {problem}")
     if problems and not options.dry_run:
         raise BuildError(
-            f"this host cannot build yet ({len(problems)} problem(s) above); fix them and run again"
+            f"this host cannot build yet ({len(problems)} problem(s) above, the first: {problems[0].reason}); "
+            "fix them and run again"
         )
     if problems:
         console.warn("a real build would stop here; showing the commands anyway (--dry-run)")
     else:
-        console.info("host is fit: disk, tools, user, locale, signing keys and licences are fine")
+        console.info("host is fit: disk, tools, user, locale, signing keys, version and licences are fine")
 
     dropped = settings_kas_drops(command.env, kas_files)
     if dropped:
@@ -395,8 +415,9 @@ def run_build(options: BuildOptions, environ: Mapping[str, str] | None = None) -
     if options.dry_run:
         process.run(command, dry_run=True)
         console.info(f"artifacts would be in {deploy_dir(options, command.env)}")
-        if problems:
-            raise BuildError(f"dry run: a real build would stop at the {len(problems)} problem(s) above; "
+        stops = len(problems) + len(unloadable) + bool(absent)
+        if stops:
+            raise BuildError(f"dry run: a real build would stop at the {stops} problem(s) above; "
                              "fix them and run again")
         return []
     try:

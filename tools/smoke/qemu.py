@@ -24,6 +24,19 @@ KVM_PROBE_TIMEOUT_S = 20.0
 KERNEL_STARTED_MARKERS = ("Kernel panic", "VFS: ", "Freeing unused kernel", "Run /init")
 # A QEMU that dies this soon under KVM is taken for a KVM failure, not a guest failure.
 KVM_EARLY_EXIT_S = 30.0
+# Console lines after which the guest never offers SSH, with what they mean: waiting on would only
+# burn the boot timeout (a kernel without panic= stays in its panic; an emergency shell waits for
+# a person at the console).
+FATAL_CONSOLE_LINES = (
+    ("Kernel panic - not syncing", "the guest kernel panicked"),
+    ("You are in emergency mode", "systemd stopped the boot in emergency mode (a unit the boot needs failed)"),
+    ("Cannot open access to console, the root account is locked",
+     "systemd stopped the boot in emergency mode (a unit the boot needs failed)"),
+    ("No bootable option or device was found", "the UEFI firmware found nothing to boot on the disk"),
+    ("grub rescue>", "GRUB found no configuration to boot (grub rescue)"),
+)
+PANIC_TRACE_END = "---[ end Kernel panic"  # the last line of a kernel panic's report
+PANIC_TRACE_WAIT_S = 5.0  # how long to let a panic finish printing its trace into the console log
 
 
 class QemuError(Exception):
@@ -246,6 +259,43 @@ def qemu_command(config: QemuConfig) -> list[str]:
     return argv
 
 
+def fatal_console_line(line: str) -> str | None:
+    """What a console line means when the boot can no longer reach SSH; None for any other line."""
+    return next((what for marker, what in FATAL_CONSOLE_LINES if marker in line), None)
+
+
+class ConsoleWatch:
+    """Reads the serial console log as it grows (never all of it again) and finds the first line
+    that ends the boot. A prompt that waits for input (grub rescue>) has no newline after it, so
+    the unfinished last line is looked at too."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.unfinished = ""
+
+    def fatal(self) -> tuple[str, str] | None:
+        """(what it means, the line), or None."""
+        try:
+            with self.path.open("rb") as console:
+                console.seek(self.offset)
+                new = console.read()
+        except OSError:
+            return None
+        self.offset += len(new)
+        lines = (self.unfinished + new.decode(errors="replace")).split("\n")
+        self.unfinished = lines.pop()
+        for line in [*lines, self.unfinished]:
+            what = fatal_console_line(line)
+            if what is not None:
+                return what, line.strip()
+        return None
+
+
+class QemuGuestFailed(QemuError):
+    """The guest's console shows its boot has ended short of SSH (a kernel panic, an emergency shell)."""
+
+
 def read_ssh_banner(port: int, timeout: float = 2.0) -> bytes:
     """The first bytes the guest's SSH server sends through the forward; b"" if none.
 
@@ -311,9 +361,11 @@ class QemuMachine:
         clock: Callable[[], float] = time.monotonic,
         on_wait: Callable[[float], None] | None = None,
     ) -> float:
-        """Seconds until the guest's SSH server answered. Raises QemuError on timeout or
-        when QEMU exits first, with the end of the console log."""
+        """Seconds until the guest's SSH server answered. Raises QemuError, with the end of the
+        console log, on timeout, when QEMU exits first, and as soon as the console shows the boot
+        cannot get there (QemuGuestFailed: a kernel panic, an emergency shell)."""
         started = clock()
+        watch = ConsoleWatch(self.config.console_log)
         while True:
             if not self.running:
                 code = self.process.returncode if self.process else None
@@ -322,6 +374,14 @@ class QemuMachine:
                     f"{self.qemu_output() or '(nothing)'}\nlast console lines:\n{self.console_tail()}",
                     code,
                     clock() - started,
+                )
+            fatal = watch.fatal()
+            if fatal is not None:
+                self._let_the_panic_finish(fatal[1], poll_s, clock)
+                raise QemuGuestFailed(
+                    f"{fatal[0]} after {clock() - started:.0f} s, so the guest will never offer SSH: \"{fatal[1]}\"; "
+                    f"stopped waiting (QEMU is stopped); console log {self.config.console_log}, last lines:\n"
+                    f"{self.console_tail(40)}"
                 )
             if read_ssh_banner(self.config.ssh_port).startswith(b"SSH-"):
                 return clock() - started
@@ -334,6 +394,15 @@ class QemuMachine:
             if on_wait:
                 on_wait(waited)
             time.sleep(poll_s)
+
+    def _let_the_panic_finish(self, line: str, poll_s: float, clock: Callable[[], float]) -> None:
+        """A panic prints its reason first and its trace after: the tail is worth more with the
+        trace, which ends with PANIC_TRACE_END (or stops coming)."""
+        if "Kernel panic" not in line:
+            return
+        deadline = clock() + PANIC_TRACE_WAIT_S
+        while PANIC_TRACE_END not in self.console_tail(60) and clock() < deadline and self.running:
+            time.sleep(min(poll_s, 0.2))
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop QEMU and anything in its process group; safe to call more than once."""
