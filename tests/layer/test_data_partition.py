@@ -492,6 +492,23 @@ def test_defect_9_network_settings_and_host_keys_are_linked_before_their_users_s
     assert dropin.get("Unit", "Requires") == ["gpu-k8s-data.service"]
 
 
+MACHINE_ID = "mender-persist-systemd-machine-id"
+
+
+def test_defect_9_the_machine_id_is_kept_on_every_machine_and_never_turned_off():
+    """x86-64 and QEMU get Mender's feature from this layer; the Jetsons from meta-mender-tegra
+    (tegra-mender-common.bbclass: `MENDER_FEATURES_ENABLE:append:tegra = " mender-uboot
+    mender-persist-systemd-machine-id"` in meta-mender-community wrynose; the kirkstone Nano's
+    tegra-mender-setup likewise), of which the layer turns off only mender-uboot on the Orin and
+    Thor. The parse shows the expanded MENDER_FEATURES per kas file (docs/layer.md)."""
+    klass = parse(LAYER / "classes/gpu_k8s_mender.bbclass")
+    enabled = [a for a in klass.assignments if a.var == "MENDER_FEATURES_ENABLE" and MACHINE_ID in a.words()]
+    assert [a.overrides for a in enabled] == [("append", "x86-64")], "x86-64 (genericx86-64, qemux86-64)"
+    for assignment in klass.assignments:
+        if assignment.var == "MENDER_FEATURES_DISABLE" or "remove" in assignment.overrides:
+            assert MACHINE_ID not in assignment.words(), f"{assignment}: both slots must boot with one machine-id"
+
+
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not on this host")
 def test_the_data_units_pass_systemd_analyze(tmp_path):
     for name in ("gpu-k8s-data.service", "gpu-k8s-data-check.service"):
