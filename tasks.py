@@ -184,8 +184,10 @@ def check_image(
     RDEPENDS/RRECOMMENDS, packagegroups, machine extras, kernel modules) and checks it holds
     what the node needs: on Jetson the GPU driver, CUDA libraries and NVIDIA runtime; on
     x86-64 the netfilter modules k3s loads and the NVIDIA driver, toolkit and CDI unit;
-    everywhere docker, k3s and the plugin. Prints
-    what is missing and why it matters; exit status 1 when something is."""
+    everywhere docker, k3s and the plugin; on an A/B image, that every piece of state an update
+    must keep (docker's, containerd's, k3s's, the kubelet's, SSH host keys, network settings,
+    machine-id), at the paths the image's own configuration gives, is kept on /data. Prints
+    what is missing or not kept and why it matters; exit status 1 when something is."""
     options = check_image_module.CheckImageOptions(
         machine=machine, kas_file=kas, target=target, build_dir=_optional_path(build_dir), verbose=verbose,
         accept_nvidia_licence=accept_nvidia_licence, role=role,

@@ -108,6 +108,42 @@ MENDER_DATA_PART_NUMBER:tegra264 = "13"
 # (The NVMe devkit carries the same override and writes no card.)
 TEGRAFLASH_SDCARD_SIZE:jetson-orin-nano-devkit = "${@gpu_k8s_lib(d, 'gpu_k8s.tegra_sdcard').ORIN_SD_CARD_SIZE}"
 
+# ---- mounting /data ---------------------------------------------------------------
+# A data partition that does not mount must never stop a boot: in emergency mode no health
+# gate and no slot verification run, and both slots end unverified. The node image's /data
+# line (meta-mender's) becomes nofail, still ordered before local-fs.target, and is checked
+# by gpu-k8s-data-check.service before the mount instead of by systemd-fsck: it repairs the
+# file system, or when nothing is left to repair makes it again as Mender made it (type,
+# label) on the partition named here (its GPT name: never another partition that a wrong
+# number in fstab would point at; empty: the fstab spec alone names it, as genericx86-64's
+# fixed PARTUUID does). lib/gpu_k8s/data_mount.py does the edit; gpu-k8s-image.inc runs it.
+GPU_K8S_DATA_PARTNAME ?= ""
+# the data partition in meta-mender-tegra-jetpack4's flash_mender.xml of every Nano
+GPU_K8S_DATA_PARTNAME:tegra210 = "UDA"
+# the partition the layout class appends (classes/gpu_k8s_mender_tegra_layout.bbclass)
+GPU_K8S_DATA_PARTNAME:tegra234 = "permanet_user_storage"
+GPU_K8S_DATA_PARTNAME:tegra264 = "permanet_user_storage"
+
+python gpu_k8s_data_mount() {
+    import os
+    mount = gpu_k8s_lib(d, 'gpu_k8s.data_mount')
+    etc = os.path.join(d.getVar('IMAGE_ROOTFS'), d.getVar('sysconfdir').lstrip('/'))
+    fstab = os.path.join(etc, 'fstab')
+    try:
+        with open(fstab) as handle:
+            text = mount.rewrite_fstab(handle.read())
+        settings = mount.check_settings(d.getVar('MENDER_DATA_PART_FSTYPE_TO_GEN'),
+                                        d.getVar('MENDER_DATA_PART_LABEL'), d.getVar('GPU_K8S_DATA_PARTNAME'))
+    except (OSError, mount.DataMountError) as error:
+        bb.fatal('%s: /data must not be able to stop a boot, but: %s' % (d.getVar('PN'), error))
+    with open(fstab, 'w') as handle:
+        handle.write(text)
+    os.makedirs(os.path.join(etc, 'default'), exist_ok=True)
+    with open(os.path.join(etc, mount.SETTINGS_FILE), 'w') as handle:
+        handle.write(settings)
+}
+gpu_k8s_data_mount[vardeps] += "MENDER_DATA_PART_FSTYPE_TO_GEN MENDER_DATA_PART_LABEL GPU_K8S_DATA_PARTNAME"
+
 # The boot firmware capsule is applied only when its FMP image type GUID matches the one built
 # into the running UEFI, and from L4T R38 on each UEFI configuration has its own. Settled here,
 # before the first flash: the GUID of the full-featured t23x "general" configuration the

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import systemd_units as su
 import yaml
 from bbfile import parse
 from layer_paths import KAS, LAYER, REPO
@@ -198,20 +199,21 @@ def persist_list() -> dict[str, str]:
 
 def test_everything_a_slot_switch_must_keep_is_on_the_data_partition():
     paths = set(persist_list().values())
-    assert {"/var/lib/docker", "/var/lib/rancher/k3s", "/etc/rancher/node", "/var/lib/gpu-k8s"} <= paths
+    assert {"/var/lib/docker", "/var/lib/containerd", "/var/lib/rancher/k3s", "/etc/rancher/node", "/var/lib/kubelet",
+            "/var/lib/gpu-k8s", "/etc/systemd/network"} <= paths
 
 
 def test_docker_and_k3s_never_start_without_their_state_bound():
-    unit = configparser.ConfigParser(strict=False)
-    unit.read(DATA_DIR / "files/gpu-k8s-data.service")
-    before = unit["Unit"]["Before"].split()
-    assert {"docker.service", "k3s.service", "k3s-agent.service", "local-fs.target"} <= set(before)
-    assert unit["Unit"]["RequiresMountsFor"] == "/data"
-    dropin = configparser.ConfigParser()
-    dropin.read(DATA_DIR / "files/10-gpu-k8s-data.conf")
-    assert dropin["Unit"]["Requires"] == "gpu-k8s-data.service"
+    unit = su.load_files(DATA_DIR / "files/gpu-k8s-data.service")
+    before = unit.get("Unit", "Before")
+    users = {"containerd.service", "docker.service", "k3s.service", "k3s-agent.service", "local-fs.target"}
+    assert users <= set(before)
+    assert unit.get("Unit", "RequiresMountsFor") == ["/data"]
+    dropin = su.load_files(DATA_DIR / "files/10-gpu-k8s-data.conf")
+    assert dropin.get("Unit", "Requires") == ["gpu-k8s-data.service"]
     recipe = parse(DATA_DIR / "gpu-k8s-data_1.0.bb")
-    assert set(recipe.words("GPU_K8S_DATA_REQUIRED_BY")) == {"docker.service", "k3s.service", "k3s-agent.service"}
+    assert set(recipe.words("GPU_K8S_DATA_REQUIRED_BY")) == {"containerd.service", "docker.service", "k3s.service",
+                                                             "k3s-agent.service"}
     assert "${systemd_system_unitdir}/$unit.d" in recipe.tasks["do_install"], "vendor drop-ins, not /etc"
 
 

@@ -351,19 +351,17 @@ def unit(path: Path) -> configparser.ConfigParser:
     return parser
 
 
-def test_no_verifier_runs_without_the_pending_marker_on_data():
+def test_both_verifiers_get_the_layers_drop_ins_only_with_the_ab_class():
+    # what they order (setup-nv-boot-control, /data's mount, never requiring it): test_data_partition.py
     files = DYNAMIC / "recipes-mender/tegra-rootfs-update-module/files"
-    verify = unit(files / "50-gpu-k8s-pending-on-data.conf")
-    # /var/lib/mender is a link to /data/mender, where the update module leaves the marker
-    assert verify["Unit"]["RequiresMountsFor"] == "/data/mender"
     nvidia = (files / "50-gpu-k8s-marker-aware.conf").read_text()
     assert re.search(r"^ExecStart=\nExecStart=/usr/sbin/tegra-rootfs-verify$", nvidia, re.M), (
         "meta-tegra's unconditional `nvbootctrl verify` replaced, not added to")
-    assert unit(files / "50-gpu-k8s-marker-aware.conf")["Unit"]["RequiresMountsFor"] == "/data/mender"
     klass = (LAYER / "classes/gpu_k8s_mender_tegra_verify.bbclass").read_text()
-    for service, dropin in (("tegra-rootfs-verify", "50-gpu-k8s-pending-on-data.conf"),
+    for service, dropin in (("tegra-rootfs-verify", "50-gpu-k8s-verify-order.conf"),
                             ("nv_update_verifier", "50-gpu-k8s-marker-aware.conf")):
         assert f"${{systemd_system_unitdir}}/{service}.service.d/" in klass and dropin in klass
+        assert (files / dropin).is_file()
     append = (DYNAMIC / "recipes-mender/tegra-rootfs-update-module/tegra-rootfs-update-module_%.bbappend").read_text()
     assert re.search(r"^inherit \$\{@bb\.utils\.contains\('DISTRO_FEATURES', 'gpu-k8s-mender', "
                      r"'gpu_k8s_mender_tegra_verify', '', d\)\}$", append, re.M)

@@ -30,13 +30,13 @@ with open(os.environ['STAND_IN_PROBE_JSON']) as source, open(out, 'w') as target
 
 
 def probe_json(tmp_path: Path, installed: list[str], overrides: list[str], arch: str, cuda: list[str],
-               nvidia: str = "") -> Path:
+               nvidia: str = "", state: dict | None = None) -> Path:
     closure = ic.Closure()
     for name in installed:
         closure.installed[name] = ic.Installed(name, name, ic.BY_PACKAGE, name, ic.IMAGE, ic.IMAGE)
     data = {"image": "gpu-k8s-image", "machine": "jetson-nano-devkit", "machineoverrides": overrides,
             "target_arch": arch, "cuda_level": "runtime", "cuda_packages": cuda, "closure": closure.to_json(),
-            "nvidia": nvidia}
+            "nvidia": nvidia, "state": state or {"ab": False}}
     path = tmp_path / "probe.json"
     path.write_text(json.dumps(data))
     return path
@@ -237,3 +237,55 @@ def test_the_probe_finds_the_closure_module_beside_it(tmp_path: Path) -> None:
                                env={"PATH": os.defpath}, capture_output=True, text=True, timeout=60)
     assert completed.returncode == 0, completed.stderr
     assert "--image IMAGE" in completed.stdout
+
+
+ORIN_CLOSURE = ["docker-moby", "k3s", "k3s-server", "gpu-device-plugin", "python3-hpack", "python3-pyyaml",
+                "gpu-k8s-docker-config"]
+# What the probe reads for an Orin image that has the defect 2: docker 29, a daemon.json
+# that does not pin the image store, and a persist.list without containerd's root.
+DEFECT_2_STATE = {
+    "ab": True, "mender_features": ["mender-persist-systemd-machine-id"],
+    "persist_list": "docker /var/lib/docker\nrancher-k3s /var/lib/rancher/k3s\nrancher-node /etc/rancher/node\n"
+                    "kubelet /var/lib/kubelet\ngpu-k8s /var/lib/gpu-k8s\n",
+    "node_config_list": "",
+    "docker": {"version": "v29.3.0", "daemon_json": '{"default-runtime": "nvidia"}',
+               "daemon_json_source": "/etc/docker/daemon.json from gpu-k8s-docker-config's files/tegra234/daemon.json"},
+    "containerd": {"config_toml": None, "source": ""},
+    "k3s": {"dropins": {"10-gpu-k8s-runtime.yaml": "docker: true\n"}, "units": {}},
+}
+
+
+def test_an_image_that_would_lose_state_at_the_next_update_fails_check_image_naming_path_and_fix(
+    tmp_path: Path, stand_ins, monkeypatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stand_ins.add("kas", KAS_STAND_IN)
+    monkeypatch.setattr(build, "kas_executable", lambda: "kas")
+    orin = ["aarch64", "tegra", "tegra234", "jetson-orin-nano-devkit-nvme"]
+    monkeypatch.setenv("STAND_IN_PROBE_JSON", str(probe_json(tmp_path, ORIN_CLOSURE, orin, "aarch64", [],
+                                                             state=DEFECT_2_STATE)))
+    options = check_image.CheckImageOptions(machine="jetson-orin-nano", build_dir=tmp_path / "work")
+    findings = check_image.run_check_image(options, environ={}, euid=1000)
+    lost = [f.state.path for f in findings if isinstance(f, check_image.state_paths.StateFinding) and not f.ok]
+    assert lost == ["/var/lib/containerd", "/var/lib/containerd"], "containerd's own state and docker's images"
+    out = capsys.readouterr().out
+    assert ("NOT KEPT  docker: images and layers (containerd store): /var/lib/containerd [docker v29.3.0 keeps a "
+            "fresh install's images in containerd's store") in out
+    assert '"features": {"containerd-snapshotter": false} in /etc/docker/daemon.json from' in out
+    assert "2 of " in out and "pieces of state not kept on /data" in out
+
+
+def test_the_state_check_passes_once_the_store_is_pinned_and_containerd_kept(tmp_path: Path) -> None:
+    state = {**DEFECT_2_STATE, "persist_list": DEFECT_2_STATE["persist_list"] + "containerd /var/lib/containerd\n",
+             "docker": {**DEFECT_2_STATE["docker"], "daemon_json": '{"features": {"containerd-snapshotter": false}}'}}
+    data = json.loads(probe_json(tmp_path, ORIN_CLOSURE, ["tegra", "tegra234"], "aarch64", [], state=state).read_text())
+    result = check_image.ProbeResult.from_json(data)
+    findings = check_image.state_findings(result)
+    assert all(f.ok for f in findings)
+    assert "all 8 pieces of state are kept on /data" in check_image.report(result, [], findings)[-1]
+
+
+def test_a_probe_without_state_facts_is_refused() -> None:
+    with pytest.raises(check_image.CheckImageError, match="wrote no state facts"):
+        check_image.ProbeResult.from_json({"image": "x", "machine": "y", "closure": {}})
+    with pytest.raises(check_image.CheckImageError, match="state facts are incomplete"):
+        check_image.ProbeResult.from_json({"image": "x", "machine": "y", "closure": {}, "state": {}})

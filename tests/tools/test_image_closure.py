@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.image import check_image
+from tools.image import check_image, state_paths
 from tools.image import closure as ic
 from tools.image import requirements as req
 
@@ -152,7 +152,8 @@ def layer_image_install() -> list[str]:
 
 
 def findings_for(closure: ic.Closure, classes, cuda=("tegra-libraries-cuda", "cuda-cudart")):
-    result = check_image.ProbeResult("gpu-k8s-image", "m", list(classes), "runtime", list(cuda), closure)
+    result = check_image.ProbeResult("gpu-k8s-image", "m", list(classes), "runtime", list(cuda), closure,
+                                     state_paths.StateFacts(ab=False))
     return result, check_image.closure_findings(result)
 
 

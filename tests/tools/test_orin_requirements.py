@@ -31,7 +31,7 @@ def result(installed: list[str], overrides: list[str]) -> check_image.ProbeResul
     return check_image.ProbeResult.from_json({
         "image": "gpu-k8s-image", "machine": overrides[-1], "machineoverrides": overrides,
         "target_arch": "aarch64", "cuda_level": "runtime", "cuda_packages": ["tegra-libraries-cuda", "cuda-cudart"],
-        "closure": closure.to_json()})
+        "closure": closure.to_json(), "state": {"ab": False}})
 
 
 def test_orin_overrides_select_the_orin_list_and_the_nanos_do_not() -> None:

@@ -46,7 +46,8 @@ def result(installed: list[str], overrides: list[str], cuda: tuple[str, ...] = (
         closure.installed[name] = ic.Installed(name, name, ic.BY_PACKAGE, name, ic.IMAGE, ic.IMAGE)
     return check_image.ProbeResult.from_json({
         "image": "gpu-k8s-image", "machine": overrides[-1], "machineoverrides": overrides,
-        "target_arch": "aarch64", "cuda_level": level, "cuda_packages": list(cuda), "closure": closure.to_json()})
+        "target_arch": "aarch64", "cuda_level": level, "cuda_packages": list(cuda), "closure": closure.to_json(),
+        "state": {"ab": False}})
 
 
 def test_thor_overrides_select_the_thor_list_for_both_modules() -> None:

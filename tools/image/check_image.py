@@ -2,8 +2,11 @@
 minutes, before a build that takes hours.
 
 kas sets up the layers and the build environment; inside it `tools/image/bitbake_probe.py`
-resolves the image's runtime closure with tinfoil and writes JSON; here the closure is
-checked against `requirements` (tools/image/requirements.py) and reported, missing pieces with why they matter."""
+resolves the image's runtime closure with tinfoil, reads the configuration that places its
+writable state, and writes JSON; here the closure is checked against `requirements`
+(tools/image/requirements.py) and the state against what the image keeps on /data
+(tools/image/state_paths.py), and reported: missing pieces with why they matter, state an
+update would lose with the fix."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from tools import console, process
-from tools.image import build, hostcheck, preflight
+from tools.image import build, hostcheck, preflight, state_paths
 from tools.image import closure as closure_mod
 from tools.image import requirements as req
 from tools.paths import BUILD_ROOT, REPO_ROOT
@@ -53,9 +56,17 @@ class ProbeResult:
     cuda_level: str
     cuda_packages: list[str]
     closure: closure_mod.Closure
+    state: state_paths.StateFacts
 
     @classmethod
     def from_json(cls, data: Mapping) -> ProbeResult:
+        if "state" not in data:
+            raise CheckImageError("the probe wrote no state facts: it is older than this check-image; run the "
+                                  "check from one checkout (tools/image/bitbake_probe.py beside this file)")
+        try:
+            state = state_paths.StateFacts.from_json(data["state"])
+        except state_paths.StateFactsError as error:
+            raise CheckImageError(str(error)) from None
         return cls(
             image=data["image"],
             machine=data["machine"],
@@ -65,6 +76,7 @@ class ProbeResult:
             cuda_level=data.get("cuda_level") or "",
             cuda_packages=list(data.get("cuda_packages") or []),
             closure=closure_mod.Closure.from_json(data["closure"]),
+            state=state,
         )
 
 
@@ -93,7 +105,15 @@ def closure_findings(result: ProbeResult, role: str | None = None) -> list[req.F
     return req.evaluate(req.requirements_for(result.classes, result.cuda_packages, role=role), has)
 
 
-def report(result: ProbeResult, findings: list[req.Finding]) -> list[str]:
+def state_findings(result: ProbeResult) -> list[state_paths.StateFinding]:
+    try:
+        return state_paths.evaluate(result.state)
+    except state_paths.StateFactsError as error:
+        raise CheckImageError(f"cannot tell what {result.image} keeps across updates: {error}") from None
+
+
+def report(result: ProbeResult, findings: list[req.Finding],
+           kept: list[state_paths.StateFinding] | None = None) -> list[str]:
     classes = ", ".join(result.classes) or "no machine-specific list"
     lines = [f"{result.image} for {result.machine} ({classes}): {len(result.closure.installed)} packages in the "
              "runtime closure"]
@@ -110,6 +130,8 @@ def report(result: ProbeResult, findings: list[req.Finding]) -> list[str]:
         lines.append(f"{len(missing)} of {len(findings)} required pieces missing: {', '.join(missing)}")
     else:
         lines.append(f"all {len(findings)} required pieces are in the image")
+    if kept is not None:
+        lines += state_paths.report_lines(result.state, kept)
     return lines
 
 
@@ -181,8 +203,9 @@ def image_for(options: CheckImageOptions) -> str:
 
 
 def run_check_image(options: CheckImageOptions, environ: Mapping[str, str] | None = None,
-                    euid: int | None = None) -> list[req.Finding]:
-    """Resolve and check; returns the findings (the caller fails on a missing one)."""
+                    euid: int | None = None) -> list[req.Finding | state_paths.StateFinding]:
+    """Resolve and check; returns the findings, required pieces then state (the caller fails
+    on one that is not ok: a missing piece, or state the next update would lose)."""
     environ = os.environ if environ is None else environ
     kas_file = kas_file_for(options)
     for part in kas_file.split(":"):
@@ -222,5 +245,6 @@ def run_check_image(options: CheckImageOptions, environ: Mapping[str, str] | Non
         raise CheckImageError(f"{hint}\n  full log: {log}") from None
     result = ProbeResult.from_json(json.loads(out.read_text()))
     findings = closure_findings(result, options.role)
-    print("\n".join(report(result, findings)), flush=True)
-    return findings
+    kept = state_findings(result)
+    print("\n".join(report(result, findings, kept)), flush=True)
+    return [*findings, *kept]

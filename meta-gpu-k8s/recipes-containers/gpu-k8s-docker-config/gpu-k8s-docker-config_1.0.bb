@@ -21,6 +21,12 @@ inherit gpu_k8s_nvidia gpu_k8s_platform
 # gpu_k8s_platform.bbclass; a test keeps them equal); on
 # x86-64 with the NVIDIA stack (GPU_K8S_NVIDIA) it is daemon-nvidia-cdi.json: the toolkit's
 # runtime in CDI mode as the default, and docker's own CDI for `docker run --device nvidia.com/gpu=all`.
+# Every daemon.json but the Nano's (docker 20.10, which has one image store) pins docker's
+# classic image store (features.containerd-snapshotter false): docker 29, wrynose's, puts a
+# fresh install's images in containerd's store, which keeps each layer twice (packed and
+# unpacked) on the data partition; the pin keeps images, containers and volumes in one tree,
+# /var/lib/docker, on the docker 25 of scarthgap and the 29 of wrynose alike. Both trees are on
+# /data either way (gpu-k8s-data's persist.list); `./task check-image` reads this file.
 PACKAGE_ARCH = "${MACHINE_ARCH}"
 GPU_K8S_DOCKER_DAEMON_JSON = "${@'daemon-nvidia-cdi.json' if d.getVar('GPU_K8S_NVIDIA') == '1' else 'daemon.json'}"
 

@@ -69,19 +69,24 @@ GPU_K8S_K3S_AIRGAP_IMAGES ?= "${GPU_K8S_DEFAULT_K3S_AIRGAP_IMAGES}"
 
 K3S_CONFIG_DIR = "${sysconfdir}/rancher/k3s/config.yaml.d"
 
+# The renderer's arguments, one variable: do_install runs it with them, and `./task
+# check-image` renders the same drop-ins at parse time to find k3s's data-dir and the
+# kubelet's root-dir (tools/image/bitbake_probe.py).
+GPU_K8S_K3S_CONFIG_ARGS = "--role '${GPU_K8S_K3S_ROLE}' \
+    --runtime '${GPU_K8S_K3S_RUNTIME}' \
+    --cgroup-driver '${GPU_K8S_CGROUP_DRIVER}' \
+    --cgroup-v1 '${GPU_K8S_CGROUP_V1}' \
+    --nvidia-runtime '${GPU_K8S_NVIDIA_RUNTIME}' \
+    --kubelet-profile '${GPU_K8S_KUBELET_PROFILE}' \
+    --disable '${GPU_K8S_K3S_DISABLE}' \
+    --disable-network-policy '${GPU_K8S_K3S_DISABLE_NETWORK_POLICY}' \
+    --pause-image '${GPU_K8S_K3S_PAUSE_IMAGE}' \
+    --node-labels '${GPU_K8S_NODE_LABELS}' \
+    --device-type '${GPU_K8S_UPDATE_DEVICE_TYPE}' \
+"
+
 do_install() {
-    ${PYTHON} ${UNPACKDIR}/gpu-k8s-k3s-config.py --output-dir ${D}${K3S_CONFIG_DIR} \
-        --role "${GPU_K8S_K3S_ROLE}" \
-        --runtime "${GPU_K8S_K3S_RUNTIME}" \
-        --cgroup-driver "${GPU_K8S_CGROUP_DRIVER}" \
-        --cgroup-v1 "${GPU_K8S_CGROUP_V1}" \
-        --nvidia-runtime "${GPU_K8S_NVIDIA_RUNTIME}" \
-        --kubelet-profile "${GPU_K8S_KUBELET_PROFILE}" \
-        --disable "${GPU_K8S_K3S_DISABLE}" \
-        --disable-network-policy "${GPU_K8S_K3S_DISABLE_NETWORK_POLICY}" \
-        --pause-image "${GPU_K8S_K3S_PAUSE_IMAGE}" \
-        --node-labels "${GPU_K8S_NODE_LABELS}" \
-        --device-type "${GPU_K8S_UPDATE_DEVICE_TYPE}"
+    ${PYTHON} ${UNPACKDIR}/gpu-k8s-k3s-config.py --output-dir ${D}${K3S_CONFIG_DIR} ${GPU_K8S_K3S_CONFIG_ARGS}
 
     install -d ${D}${libexecdir}/gpu-k8s
     install -m 0755 ${UNPACKDIR}/gpu-k8s-k3s-node-name ${D}${libexecdir}/gpu-k8s/

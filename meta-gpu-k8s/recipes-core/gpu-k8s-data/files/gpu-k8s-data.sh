@@ -1,9 +1,11 @@
 #!/bin/sh
 # Bind node state from the data partition over its place in the root filesystem, so that
-# docker, k3s and the node identity survive an A/B slot switch, and link the files that
-# provision the node (k3s config.yaml and token, settings files) to their kept copies.
-# Idempotent: a path that is already a mount point is left alone.
-#   gpu-k8s-data           at boot: binds and links
+# docker, containerd, k3s, the kubelet, network settings and the node identity survive an
+# A/B slot switch, and link the files that provision or identify the node (k3s config.yaml
+# and token, settings files, SSH host keys) to their kept copies. Idempotent: a path that is
+# already a mount point is left alone.
+#   gpu-k8s-data           at boot: binds and links, and files what gpu-k8s-data-check did
+#                          to the data partition in this boot in its log on /data
 #   gpu-k8s-data --adopt   at shutdown (ExecStop): keep provisioning files written on this
 #                          slot since boot, before a reboot into another slot drops them
 # GPU_K8S_ROOT prefixes every path (tests).
@@ -14,6 +16,7 @@ list=${GPU_K8S_PERSIST_LIST:-@DATADIR@/gpu-k8s/persist.list}
 files_list=${GPU_K8S_NODE_CONFIG_LIST:-@DATADIR@/gpu-k8s/node-config.list}
 data=${GPU_K8S_DATA_DIR:-/data/gpu-k8s}
 mountinfo=${GPU_K8S_MOUNTINFO:-/proc/self/mountinfo}
+check_state=${GPU_K8S_DATA_STATE:-/run/gpu-k8s/data-state.json}
 mode=boot
 [ "${1:-}" = "--adopt" ] && mode=adopt
 
@@ -33,8 +36,9 @@ adopt() {
         && rm -f "$root$path" && ln -s "$(link_to "$path" "$kept")" "$root$path"
 }
 
-# One provisioning file. The kept copy, when there is one, is the truth; a regular file
-# at PATH was written on this slot (the image ships none, except "image" defaults).
+# One provisioning or identity file. The kept copy, when there is one, is the truth; a
+# regular file at PATH was written on this slot (the image ships none, except "image"
+# defaults; for "identity" files it was made while /data was away, and the kept one wins).
 keep_file() {
     name=$1 path=$2 flag=$3
     dir=$data/node-config
@@ -53,6 +57,10 @@ keep_file() {
         [ "$flag" = image ] && cp -p "$target" "$root$image_copy"
         adopt "$path" "$kept"
         say "kept $path in $kept"
+    elif [ -f "$target" ] && [ "$flag" = identity ]; then
+        rm -f "$target"
+        ln -s "$link" "$target"
+        say "$path: the one this slot made while $data was away replaced by the kept $kept"
     elif [ -f "$target" ] && [ "$flag" = image ] && [ -f "$root$image_copy" ] \
             && cmp -s "$target" "$root$image_copy"; then
         rm -f "$target"
@@ -84,8 +92,8 @@ keep_files() {
     [ -f "$files_list" ] || return 0
     while read -r name path flag rest; do
         case "$name" in ''|'#'*) continue ;; esac
-        if [ -z "$path" ] || [ -n "$rest" ] || { [ -n "$flag" ] && [ "$flag" != image ]; }; then
-            say "bad line in $files_list: '$name $path $flag $rest' (want: NAME PATH [image])" >&2
+        if [ -z "$path" ] || [ -n "$rest" ] || { [ -n "$flag" ] && [ "$flag" != image ] && [ "$flag" != identity ]; }; then
+            say "bad line in $files_list: '$name $path $flag $rest' (want: NAME PATH [image|identity])" >&2
             status=1
             continue
         fi
@@ -102,6 +110,21 @@ if ! is_mount_point /data; then
     say "/data is not mounted: refusing to keep node state on the root slot, where the next update would lose it" >&2
     exit 1
 fi
+
+# What gpu-k8s-data-check did to the data partition in this boot, kept on it: a repair,
+# or a new file system made in place of a lost one (the node's state and provisioning
+# went with it). Once per boot: the line carries the boot's id.
+record_check() {
+    [ -f "$check_state" ] || return 0
+    line=$(tr -d '\n' < "$check_state")
+    case "$line" in *'"state": "ok"'*|'') return 0 ;; esac
+    events=$root$data/data-events.log
+    boot=$(cat "${GPU_K8S_BOOT_ID:-/proc/sys/kernel/random/boot_id}" 2>/dev/null || echo unknown)
+    grep -qF "\"boot_id\": \"$boot\"" "$events" 2>/dev/null && return 0
+    mkdir -p "$(dirname "$events")"
+    printf '{"boot_id": "%s", "check": %s}\n' "$boot" "$line" >> "$events"
+    say "filed this boot's data partition check in $data/data-events.log: $line"
+}
 
 status=0
 if [ "$mode" = adopt ]; then
@@ -141,4 +164,5 @@ while read -r name path rest; do
     fi
 done < "$list"
 keep_files
+record_check
 exit $status
