@@ -7,8 +7,12 @@ NVIDIA_VISIBLE_DEVICES=all: without isolation that alone was every GPU."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from gpu_device_plugin.doctor.report import FAIL, PASS, WARN
 from gpu_device_plugin.doctor.runtime import evaluate_isolation
 from gpu_device_plugin.model import Gpu
 from gpu_device_plugin.session.daemon import Daemon
-from helpers import RunningDaemon
+from helpers import RunningDaemon, short_tempdir, wait_until
 from kubelet_double import KubeletDouble
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,12 +223,22 @@ def test_a_hostpath_of_dev_null_is_the_one_way_left_to_forge_a_request() -> None
     assert gets(other, runtime, x86_gpus()) == set()
 
 
-def test_the_daemons_allocate_answers_the_kubelet_with_a_mount_the_runtime_takes(socket_dir: str,
+def node_root(tmp_path: Path, runtime_text: str | None) -> str:
+    """A host root holding the runtime's config.toml (None: none), as the daemon reads it at start."""
+    if runtime_text is not None:
+        path = tmp_path / "etc/nvidia-container-runtime/config.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(runtime_text)
+    return str(tmp_path)
+
+
+def test_the_daemons_allocate_answers_the_kubelet_with_a_mount_the_runtime_takes(socket_dir: str, tmp_path: Path,
                                                                                  kubelet: KubeletDouble) -> None:
     runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
     gpus = x86_gpus()
     settings = plugin_settings("gpu-device-plugin.yaml", kubelet_socket=f"{socket_dir}/kubelet.sock",
-                               device_discovery_strategy="nvml", host_root=str(X86), cdi_spec_dir=socket_dir)
+                               device_discovery_strategy="nvml", cdi_spec_dir=socket_dir,
+                               host_root=node_root(tmp_path, X86_RUNTIME_CONFIG.read_text()))
     with RunningDaemon(Daemon(settings, gpus, None, environ={})):
         response = kubelet.wait_registered().allocate([UUIDS[1]])
     [answer] = response.container_responses
@@ -302,11 +316,52 @@ def test_the_fallback_message_says_what_the_configured_mode_does() -> None:
 
 @pytest.mark.parametrize(("runtime_text", "strategies", "status", "words"), [
     (X86_RUNTIME_CONFIG.read_text(), ("volume-mounts",), PASS, "volume-mounts hand-over reaches the runtime"),
-    (X86_RUNTIME_CONFIG.read_text(), ("envvar",), FAIL, "GPU pods start without their GPU"),
+    (X86_RUNTIME_CONFIG.read_text(), ("envvar",), FAIL, "the plugin refuses to start on it"),
     (OLD_X86_CONFIG, ("envvar",), WARN, "gets every GPU without requesting one"),
-    (None, ("volume-mounts",), FAIL, "runs on its defaults"),
+    (None, ("volume-mounts",), FAIL, "ignores volume-mount requests (the toolkit's defaults"),
+    (None, ("auto",), FAIL, "runs on its defaults"),
+    (X86_RUNTIME_CONFIG.read_text(), ("auto",), PASS, "the plugin chose volume-mounts"),
 ])
 def test_the_check_says_whether_a_pod_gets_only_its_gpus(runtime_text: str | None, strategies: tuple[str, ...],
                                                           status: str, words: str) -> None:
     check = evaluate_isolation("nvml", "", toolkit_config.from_text(runtime_text), strategies)
     assert check.status == status and words in check.detail
+
+
+# ---- the plugin never hands GPUs over by a channel the runtime ignores -------------------------
+
+
+def test_the_plugin_refuses_to_start_on_a_hand_over_the_runtime_ignores(tmp_path: Path) -> None:
+    # the Orin's runtime config ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers: envvar would start
+    # every GPU pod without its GPU, so the process exits before it registers anything, naming the fix
+    socket_dir = short_tempdir()
+    try:
+        done = subprocess.run([sys.executable, "-m", "gpu_device_plugin", "--host-root", str(ORIN),
+                               "--device-discovery-strategy", "tegra", "--device-list-strategy", "envvar",
+                               "--kubelet-socket", f"{socket_dir}/kubelet.sock"],
+                              env={**os.environ, "PYTHONPATH": str(REPO / "plugin/src")},
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2, done.stderr
+        assert "deviceListStrategy envvar: the NVIDIA runtime ignores NVIDIA_VISIBLE_DEVICES from unprivileged " \
+               "containers" in done.stderr
+        assert "leave deviceListStrategy out of the plugin's config" in done.stderr
+        assert os.listdir(socket_dir) == [], "nothing was served"
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+def test_a_reload_to_a_hand_over_the_runtime_ignores_is_rejected_and_the_last_good_one_kept(
+        socket_dir: str, tmp_path: Path, kubelet: KubeletDouble) -> None:
+    gpus = x86_gpus()
+    settings = Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="nvml",
+                        host_root=node_root(tmp_path, X86_RUNTIME_CONFIG.read_text()), cdi_spec_dir=socket_dir)
+    loads = [settings._replace(device_list_strategy=("envvar",))]
+    daemon = Daemon(settings, gpus, None, reload_settings=lambda: loads[-1], environ={})
+    assert daemon.settings.device_list_strategy == ("volume-mounts",), "auto: what this runtime honours"
+    with RunningDaemon(daemon):
+        endpoint = kubelet.wait_registered()
+        daemon.request_reload()
+        assert wait_until(lambda: daemon.stats.config_rejections == 1, 10)
+        [answer] = endpoint.allocate([UUIDS[0]]).container_responses
+    assert daemon.settings.device_list_strategy == ("volume-mounts",)
+    assert [m.container_path for m in answer.mounts] == [f"{tm.VOLUME_ROOT}/{UUIDS[0]}"]
