@@ -36,7 +36,7 @@ def make_monitor(settings: Settings, backend_name: str) -> HealthMonitor | None:
     if backend_name == "nvml":
         from ..health.nvml import NvmlHealthMonitor
 
-        return NvmlHealthMonitor(recovery_quiet_period_s=settings.health_recovery_period)
+        return NvmlHealthMonitor(recovery_quiet_period_s=settings.health_recovery_period, root=settings.host_root)
     return None
 
 
