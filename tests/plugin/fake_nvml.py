@@ -125,12 +125,12 @@ NVML_GPU_FABRIC_STATE_COMPLETED = 3
 nvmlGpuFabricInfo_v2 = 0x02000024
 
 
-class c_nvmlGpuFabricInfo_t(ctypes.Structure):  # noqa: N801 - pynvml's name
+class c_nvmlGpuFabricInfo_t(ctypes.Structure):  # pynvml's name
     _fields_ = [("clusterUuid", ctypes.c_uint8 * NVML_DEVICE_UUID_BUFFER_SIZE), ("status", ctypes.c_uint),
                 ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint)]
 
 
-class c_nvmlGpuFabricInfo_v2_t(ctypes.Structure):  # noqa: N801 - pynvml's name
+class c_nvmlGpuFabricInfo_v2_t(ctypes.Structure):  # pynvml's name
     _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_uint8 * NVML_GPU_FABRIC_UUID_LEN),
                 ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint),
                 ("healthMask", ctypes.c_uint32)]
