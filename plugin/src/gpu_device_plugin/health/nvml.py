@@ -3,9 +3,10 @@
 Marks a GPU Unhealthy on: a critical Xid (the official skip list and DP_* variables
 apply), a double-bit ECC error, a failed event wait (every GPU: we cannot tell which),
 the GPU not answering a cheap NVML query, or, on an NVSwitch board, Fabric Manager down
-or the GPU's NVLink fabric not set up (health/fabric: CUDA fails with 802 there). Single-bit ECC errors were corrected by the
-hardware and only get logged. A GPU goes back to Healthy once it answers NVML normally
-and nothing bad was seen for `recovery_quiet_period_s`.
+or the GPU's NVLink fabric not set up (health/fabric: CUDA fails with 802 there).
+Single-bit ECC errors were corrected by the hardware and only get logged. A GPU goes back
+to Healthy once it answers NVML normally and nothing bad was seen for
+`recovery_quiet_period_s`.
 
 One thread, one nvmlInit for the monitor's life. While every GPU is healthy and sends
 events, it sleeps in the event wait for `idle_wait_ms` at a time (an idle plugin costs no
