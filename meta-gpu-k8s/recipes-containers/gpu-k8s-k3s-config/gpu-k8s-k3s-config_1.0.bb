@@ -13,7 +13,6 @@ SRC_URI = "file://gpu-k8s-k3s-config.py \
            file://gpu-k8s-k3s-node-name \
            file://10-gpu-k8s-node.conf \
            file://20-gpu-k8s-docker.conf \
-           file://30-gpu-k8s-nvidia-setup.conf \
 "
 
 S = "${UNPACKDIR}"
@@ -96,10 +95,8 @@ do_install() {
         if [ "${GPU_K8S_K3S_RUNTIME}" = "docker" ]; then
             install -m 0644 ${UNPACKDIR}/20-gpu-k8s-docker.conf $dir/
         fi
-        if [ -n "${GPU_K8S_NVIDIA_SETUP_UNIT}" ]; then
-            install -m 0644 ${UNPACKDIR}/30-gpu-k8s-nvidia-setup.conf $dir/
-            sed -i -e 's#@UNIT@#${GPU_K8S_NVIDIA_SETUP_UNIT}#g' $dir/30-gpu-k8s-nvidia-setup.conf
-        fi
+        # Orin and Thor: k3s requires the NVIDIA runtime's settings to be in force
+        # (gpu-k8s-nvidia-runtime-config's drop-in orders it after their check)
     done
 }
 

@@ -1,6 +1,7 @@
 """`gpu-device-plugin`: serve (default), `discover` (what is here and why), `check` (the node
 doctor), `metrics` (the GPU metrics /metrics serves, for a person), `node-labels` (a k3s
-drop-in labelling the node with its GPU), `version`."""
+drop-in labelling the node with its GPU), `runtime-config` (are the NVIDIA runtime's settings
+in force: the unit docker and k3s require on Jetson runs it), `version`."""
 
 from __future__ import annotations
 
@@ -77,6 +78,13 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
                                  "(removed when there is none)")
     labels.add_argument("--output", metavar="PATH", required=True,
                         help="the drop-in to write, e.g. /etc/rancher/k3s/config.yaml.d/50-gpu-labels.yaml")
+    runtime = sub.add_parser("runtime-config",
+                             help="exit 0 only when the NVIDIA runtime's config.toml has every --expect setting in "
+                                  "force, as the runtime reads it (merged over the toolkit's defaults)")
+    runtime.add_argument("--expect", metavar="KEY=VALUE", action="append", required=True,
+                         help="a setting as nvidia-ctk config --set takes it, e.g. "
+                              "accept-nvidia-visible-devices-envvar-when-unprivileged=false (repeatable)")
+    runtime.add_argument("--root", metavar="PATH", default="/", help="the host's / (for tests and containers)")
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -95,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "version":
         print(__version__)
         return 0
+    if args.command == "runtime-config":  # before the plugin's own settings: it needs none of them
+        return runtime_config_command(args.expect, args.root)
     try:
         settings, warnings = load_settings(args)
     except ConfigError as exc:
@@ -126,6 +136,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .serve import serve  # the session is loaded only to serve
 
     return serve(settings, lambda: load_settings(args))
+
+
+def runtime_config_command(expect: Sequence[str], root: str) -> int:
+    from ..cdi import toolkit_config
+
+    pairs = []
+    for item in expect:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"gpu-device-plugin runtime-config: --expect {item!r} must be KEY=VALUE "
+                  "(e.g. accept-nvidia-visible-devices-as-volume-mounts=true)", file=sys.stderr)
+            return 2
+        pairs.append((key, value))
+    problems = toolkit_config.not_in_force(toolkit_config.read_text(root), pairs)
+    if problems:
+        for problem in problems:
+            print(f"gpu-device-plugin runtime-config: {problem}", file=sys.stderr)
+        print(f"gpu-device-plugin runtime-config: the NVIDIA runtime would run without these settings; set them with "
+              f"nvidia-ctk config --config-file={toolkit_config.CONFIG} --in-place --set KEY=VALUE (on Jetson "
+              "the image's drop-in for nvidia-container-setup.service does at boot: journalctl -u "
+              "nvidia-container-setup)", file=sys.stderr)
+        return 1
+    print(f"{toolkit_config.CONFIG}: in force: {', '.join(f'{k}={v}' for k, v in pairs)}")
+    return 0
 
 
 def _to_a_reader(command: Callable[[], int]) -> int:
