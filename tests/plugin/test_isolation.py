@@ -365,3 +365,70 @@ def test_a_reload_to_a_hand_over_the_runtime_ignores_is_rejected_and_the_last_go
         [answer] = endpoint.allocate([UUIDS[0]]).container_responses
     assert daemon.settings.device_list_strategy == ("volume-mounts",)
     assert [m.container_path for m in answer.mounts] == [f"{tm.VOLUME_ROOT}/{UUIDS[0]}"]
+
+
+# ---- HGX: the toolkit's feature variables (NVIDIA_GDS, _MOFED, _GDRCOPY, _NVSWITCH) -------------
+
+MOFED_IMAGE = {**tm.CUDA_IMAGE_ENV, "NVIDIA_MOFED": "enabled"}  # e.g. an image built for GPUDirect RDMA
+HGX_MODE = "jit-cdi"  # what x86-64's "auto" resolves to for the plugin's UUID mounts (internal/info/auto.go)
+
+
+def test_a_pod_with_a_gpu_and_nvidia_mofed_enabled_gets_no_infiniband_device_on_an_hgx_image() -> None:
+    runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
+    gpus = x86_gpus()
+    allocation = allocate(gpus, plugin_settings("gpu-device-plugin.yaml"), [UUIDS[0]])
+    # from the image: the plugin's "disabled" comes later in the environment and wins
+    pod = tm.container(MOFED_IMAGE, allocation=allocation)
+    assert gets(pod, runtime, gpus) == {UUIDS[0]} and tm.feature_devices(pod, runtime, HGX_MODE) == set()
+    # every feature, from the image, at once
+    everything = {**tm.CUDA_IMAGE_ENV, **dict.fromkeys(tm.FEATURES, "enabled")}
+    assert tm.feature_devices(tm.container(everything, allocation=allocation), runtime, HGX_MODE) == set()
+    # after the server's mutating policy: the pod's own env says "disabled", whatever envFrom brought
+    admitted = tm.container(MOFED_IMAGE, dict.fromkeys(tm.FEATURES, "disabled"), allocation)
+    assert tm.feature_devices(admitted, runtime, HGX_MODE) == set()
+
+
+def test_what_the_admission_policy_refuses_would_otherwise_get_every_infiniband_device() -> None:
+    # the pod's own env beats the plugin's: only the server's validating policy stops a pod that sets
+    # NVIDIA_MOFED=enabled itself (tests/layer/admission refuses it under Kubernetes' own plugins)
+    runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
+    allocation = allocate(x86_gpus(), plugin_settings("gpu-device-plugin.yaml"), [UUIDS[0]])
+    pod = tm.container(tm.CUDA_IMAGE_ENV, {"NVIDIA_MOFED": "enabled"}, allocation)
+    assert tm.feature_devices(pod, runtime, HGX_MODE) == {"/dev/infiniband/uverbs*"}
+
+
+def test_the_plugin_before_this_fix_let_an_image_take_every_feature_device() -> None:
+    runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
+    allocation = allocate(x86_gpus(), plugin_settings("gpu-device-plugin.yaml"), [UUIDS[0]])
+    for name in tm.FEATURES:
+        del allocation.envs[name]  # what Allocate answered before: the device list only
+    pod = tm.container({**tm.CUDA_IMAGE_ENV, **dict.fromkeys(tm.FEATURES, "enabled")}, allocation=allocation)
+    assert tm.feature_devices(pod, runtime, HGX_MODE) == set(tm.FEATURES.values())
+
+
+def test_a_site_that_opts_in_gives_the_feature_to_every_gpu_pod_of_that_node() -> None:
+    runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
+    settings = plugin_settings("gpu-device-plugin.yaml", mofed_enabled=True)
+    allocation = allocate(x86_gpus(), settings, [UUIDS[0]])
+    assert tm.feature_devices(tm.container(tm.CUDA_IMAGE_ENV, allocation=allocation), runtime, HGX_MODE) == {
+        "/dev/infiniband/uverbs*"}
+
+
+def test_a_container_without_a_gpu_or_in_pure_cdi_mode_gets_no_feature_device() -> None:
+    runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
+    assert tm.feature_devices(tm.container(MOFED_IMAGE, {"NVIDIA_MOFED": "enabled"}), runtime, HGX_MODE) == set()
+    allocation = allocate(x86_gpus(), plugin_settings("gpu-device-plugin.yaml"), [UUIDS[0]])
+    pod = tm.container(tm.CUDA_IMAGE_ENV, {"NVIDIA_MOFED": "enabled"}, allocation)
+    assert tm.feature_devices(pod, runtime, "cdi") == set()
+
+
+def test_on_orin_and_thor_the_csv_mode_honours_the_feature_variables_too() -> None:
+    # the runtimes built from 1.19.1 and 1.20.0 added every /dev/infiniband node to such a container in CSV mode
+    runtime = tm.effective_config((ORIN / "etc/nvidia-container-runtime/config.toml").read_text())
+    gpu = orin_gpu()
+    allocation = allocate([gpu], plugin_settings("tegra/gpu-device-plugin.yaml"), [gpu.id])
+    assert tm.feature_devices(tm.container(MOFED_IMAGE, allocation=allocation), runtime) == set()
+    old = {k: v for k, v in allocation.envs.items() if k not in tm.FEATURES}
+    allocation.envs.clear()
+    allocation.envs.update(old)
+    assert tm.feature_devices(tm.container(MOFED_IMAGE, allocation=allocation), runtime) == {"/dev/infiniband/uverbs*"}
