@@ -13,13 +13,10 @@ environment is a map where the last entry of a name wins (builder.go WithEnv); t
 the device plugin's variables, then the pod's envFrom and env (kubelet_pods.go
 GenerateRunContainerOptions), and docker and containerd put the image's ENV first, so the pod's
 own value beats the plugin's, which beats the image's. The Nano's hook (toolkit 1.0.5,
-container_config.go) reads the variable alone. The suite cannot run the Go runtime; the cases
-were run against the runtimes built from those tags: the request cases by the review of issue 37,
-the feature cases on 1.19.1 and 1.20.0 in CSV mode with the Orin image's configuration and
-/dev/infiniband/uverbs0-1 and rdma_cm on the device root (an image's NVIDIA_MOFED=enabled gave
-a GPU container all three; the plugin's later "disabled" none; a pod's own "enabled" after it all
-three again; a container without a GPU request none). 1.20.0's jit-cdi mode (x86-64) needs NVML
-to build the GPU's own edits, so it was not run; its feature path is the same function.
+container_config.go) reads the variable alone. The request cases were run once against the
+runtimes built from those tags (the review of issue 37); the feature cases run in
+test_toolkit_runtime.py against nvidia-container-runtime built there from both tags (jit-cdi with
+the x86-64 image's configuration, CSV with the Orin's), which also checks this model's answers.
 """
 
 from __future__ import annotations
