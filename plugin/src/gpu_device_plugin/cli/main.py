@@ -104,7 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(__version__)
         return 0
     if args.command == "runtime-config":  # before the plugin's own settings: it needs none of them
-        return runtime_config_command(args.expect, args.root)
+        from ..doctor.runtime import runtime_settings_command
+
+        return runtime_settings_command(args.expect, args.root)
     try:
         settings, warnings = load_settings(args)
     except ConfigError as exc:
@@ -136,30 +138,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .serve import serve  # the session is loaded only to serve
 
     return serve(settings, lambda: load_settings(args))
-
-
-def runtime_config_command(expect: Sequence[str], root: str) -> int:
-    from ..cdi import toolkit_config
-
-    pairs = []
-    for item in expect:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            print(f"gpu-device-plugin runtime-config: --expect {item!r} must be KEY=VALUE "
-                  "(e.g. accept-nvidia-visible-devices-as-volume-mounts=true)", file=sys.stderr)
-            return 2
-        pairs.append((key, value))
-    problems = toolkit_config.not_in_force(toolkit_config.read_text(root), pairs)
-    if problems:
-        for problem in problems:
-            print(f"gpu-device-plugin runtime-config: {problem}", file=sys.stderr)
-        print(f"gpu-device-plugin runtime-config: the NVIDIA runtime would run without these settings; set them with "
-              f"nvidia-ctk config --config-file={toolkit_config.CONFIG} --in-place --set KEY=VALUE (on Jetson "
-              "the image's drop-in for nvidia-container-setup.service does at boot: journalctl -u "
-              "nvidia-container-setup)", file=sys.stderr)
-        return 1
-    print(f"{toolkit_config.CONFIG}: in force: {', '.join(f'{k}={v}' for k, v in pairs)}")
-    return 0
 
 
 def _to_a_reader(command: Callable[[], int]) -> int:

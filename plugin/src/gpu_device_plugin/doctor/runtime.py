@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 
 from ..cdi import handover, toolkit_config
@@ -180,3 +181,30 @@ def evaluate_isolation(gpu_kind: str | None, l4t: str, config: toolkit_config.Ru
 
 def check_isolation(settings: Settings, gpu_kind: str | None, l4t: str) -> Check:
     return evaluate_isolation(gpu_kind, l4t, toolkit_config.read(settings.host_root), settings.device_list_strategy)
+
+
+# ---------------------------------------------------------------- `gpu-device-plugin runtime-config`
+
+
+def runtime_settings_command(expect: Sequence[str], root: str) -> int:
+    """Exit status 0 only when config.toml, as the runtime reads it, has every KEY=VALUE in force (the unit
+    docker and k3s require on Jetson runs this); 1 naming each one that is not, 2 on a malformed one."""
+    pairs = []
+    for item in expect:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"gpu-device-plugin runtime-config: --expect {item!r} must be KEY=VALUE "
+                  "(e.g. accept-nvidia-visible-devices-as-volume-mounts=true)", file=sys.stderr)
+            return 2
+        pairs.append((key, value))
+    problems = toolkit_config.not_in_force(toolkit_config.read_text(root), pairs)
+    if problems:
+        for problem in problems:
+            print(f"gpu-device-plugin runtime-config: {problem}", file=sys.stderr)
+        print(f"gpu-device-plugin runtime-config: the NVIDIA runtime would run without these settings; set them with "
+              f"nvidia-ctk config --config-file={toolkit_config.CONFIG} --in-place --set KEY=VALUE (on Jetson "
+              "the image's drop-in for nvidia-container-setup.service does at boot: journalctl -u "
+              "nvidia-container-setup)", file=sys.stderr)
+        return 1
+    print(f"{toolkit_config.CONFIG}: in force: {', '.join(f'{k}={v}' for k, v in pairs)}")
+    return 0
