@@ -1,6 +1,6 @@
 """invoke tasks for meta-gpu-k8s: `./task --list`, `./task --help TASK`.
 
-Only wiring lives here; the work is in tools/ (one module per task)."""
+Only wiring lives here; the work is in tools/ (a package per group of tasks, one module per task)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ from pathlib import Path
 
 from invoke import Context, Exit, task
 
-from tools import build as build_module
-from tools import check_image as check_image_module
 from tools import console
-from tools import flash as flash_module
-from tools import flash_targets as flash_targets_module
-from tools import lint as lint_module
-from tools import provision as provision_module
-from tools import release as release_module
-from tools import rollout as rollout_module
-from tools import smoke_test as smoke_module
-from tools import suite as suite_module
+from tools.dev import lint as lint_module
+from tools.dev import suite as suite_module
+from tools.flash import flash as flash_module
+from tools.flash import provision as provision_module
+from tools.flash import targets as flash_targets_module
+from tools.fleet import release as release_module
+from tools.fleet import rollout as rollout_module
+from tools.fleet import status as status_module
+from tools.image import build as build_module
+from tools.image import check_image as check_image_module
 from tools.paths import BUILD_ROOT
+from tools.smoke import smoke_test as smoke_module
 from tools.usage import exit_status
 
 
@@ -107,9 +108,11 @@ def build(
 ) -> None:
     """Build an OS image with kas (default: the QEMU image the smoke test boots).
 
-    Checks the host first (free disk, host tools, not root, locale, update-signing keys, the
-    NVIDIA licence where the image carries the driver) and refuses with the reason and the
-    fix; --dry-run shows the same and exits 1 when a real build would stop. Each machine and
+    Checks the host first (free disk, host tools, not root, locale, the NVIDIA licence where
+    the image carries the driver) and, for an A/B image, the update-signing keys (readable by
+    mender-artifact, one pair) and GPU_K8S_VERSION; refuses with the reason and the fix;
+    --dry-run shows the same, the version and both keys' fingerprints, and exits 1 when a real
+    build would stop. Relative key paths are taken from the current directory. Each machine and
     role has its own kas work dir under build/ (build/MACHINE for its default role,
     build/MACHINE-ROLE for the other), where ./task flash and ./task release find the image;
     downloads and sstate are shared. Ends with the artifacts in the deploy directory, with
@@ -192,11 +195,12 @@ def check_image(
     auto_shortflags=False,
     help={
         "machine": f"which board: {', '.join(flash_targets_module.flashable_machines())} (default jetson-nano)",
-        "method": "Nano: full (doflash.sh over USB), spi-only (QSPI firmware of SD devkits), sdcard (dosdcard.sh "
-        "makes an SD image, written to --device when given). Orin: full (initrd-flash over USB: QSPI and "
-        "NVMe/SD), spi-only, external-only, sdcard or external (dosdcard.sh/doexternal.sh write --device). "
+        "method": "default full. Nano: full (doflash.sh over USB), spi-only (QSPI firmware of SD devkits), sdcard "
+        "(dosdcard.sh makes an SD image, written to --device when given). Orin: full (initrd-flash over USB: QSPI "
+        "and the NVMe, SD card or eMMC), spi-only, external-only, sdcard or external (dosdcard.sh/doexternal.sh "
+        "write --device). "
         "Thor: full (initrd-flash over USB: QSPI and NVMe), spi-only, external-only; nothing of this host is "
-        "written. x86-64: leave it out (the A/B disk image goes to --device)",
+        "written. x86-64 and --sd-image: leave it out (the image file goes to --device as it is)",
         "image": f"image recipe whose package or disk image to use (default {flash_module.NANO.default_image})",
         "build-dir": "the machine's build, as given to ./task build --build-dir (default build/MACHINE, "
         "build/MACHINE-ROLE for a --role that is not the machine's default)",
@@ -223,7 +227,7 @@ def check_image(
 def flash(
     c: Context,
     machine: str = "jetson-nano",
-    method: str = "full",
+    method: str | None = None,
     image: str = flash_module.NANO.default_image,
     build_dir: str | None = None,
     package: str | None = None,
@@ -244,7 +248,9 @@ def flash(
     Orin 0955:7023, AGX Thor devkit 0955:7026, Thor T4000 0955:7226), unpacks the tegraflash
     package from the build and runs meta-tegra's scripts (Nano: doflash.sh / dosdcard.sh; Orin:
     initrd-flash / dosdcard.sh / doexternal.sh; Thor: initrd-flash only, the board writes its own
-    storage), or writes an SD image or the x86-64 A/B disk image (.uefiimg) with bmaptool. Never writes
+    storage), or writes an SD image or the x86-64 A/B disk image (.uefiimg) with bmaptool. initrd-flash's
+    own result line decides whether a board was flashed; its logs are kept. --dry-run checks everything,
+    writes nothing and exits 1 where a real run would stop. Never writes
     this host's own disk, a mounted or swap device, or one too small, with or without flags; a
     disk that is not removable only when you confirm it or name it with --force-device. With
     --server-url/--token-file/--role/--label the node's k3s provisioning is written onto its
@@ -267,6 +273,9 @@ def flash(
     )
     try:
         lines = flash_targets_module.flash_machine(machine, options)
+    except flash_module.DryRunStopped as stopped:
+        console.summary("flash summary (dry run)", ["result"], [[line] for line in stopped.lines])
+        raise _refuse(stopped) from None
     except flash_module.FlashError as failure:
         raise _refuse(failure) from None
     rows = [[line] for line in lines] or [["(dry run: nothing written)"]]
@@ -367,8 +376,8 @@ def smoke_test(
         "build-dir": "kas work dir of that build (default build/<machine> and build/<machine>-<role>; with --kas)",
         "deploy-dir": "take the artifacts from this directory instead (a copied deploy dir)",
         "output": "where the release goes (default build/release/<version>)",
-        "verify-key": "public key: also verify each signature with mender-artifact (on PATH: apt-get install "
-        "mender-artifact; else the one an A/B build made, under build/*/build/tmp/sysroots-components)",
+        "verify-key": "public key the boards hold, when it is not the one the image carries (a key change): each "
+        "signature is checked against it instead (default: the verify key each build recorded beside its image)",
     },
 )
 def release(
@@ -383,9 +392,11 @@ def release(
 
     Copies each artifact, writes its sha256 (and SHA256SUMS) and release.json (version,
     machine, device types, payload type, k3s role, L4T version on Jetson, k3s version,
-    artifact name). Refuses unsigned or corrupt artifacts, one of the other Mender scheme
-    (an Orin takes tegra-rootfs-image, the others rootfs-image), and two for one device type;
-    says so when nothing was built. Ends with the rollout command for every device type."""
+    artifact name, the verify key's fingerprint). Refuses unsigned or corrupt artifacts, one
+    whose signature the verify key its image carries (or --verify-key) would reject, one of
+    the other Mender scheme (an Orin takes tegra-rootfs-image, the others rootfs-image), and
+    two for one device type; says so when nothing was built. Ends with the rollout command
+    for every device type."""
     options = release_module.ReleaseOptions(
         kas=kas,
         build_dir=_optional_path(build_dir),
@@ -409,8 +420,9 @@ def release(
         "release": "a ./task release directory: roll out every artifact in its release.json, one Plan pair per "
         "device type (with --base-url)",
         "base-url": "where the nodes download the --release directory's files, e.g. http://updates.lan:8080/",
-        "ring": "canary: nodes labelled update.gpu-k8s.io/ring=canary, one at a time; fleet: every other "
-        "node, after the canary Plan completed; all: both (default)",
+        "ring": "server: the k3s servers, one at a time, cordoned, not drained; canary: the servers, then the "
+        "agents labelled update.gpu-k8s.io/ring=canary, one at a time; fleet: every other agent, after the canary "
+        "Plans completed; all: the three in turn (default)",
         "concurrency": "fleet nodes updated at once (default 1; the canary ring always goes one by one)",
         "selector": "only nodes with this label, KEY=VALUE (e.g. site=lab-2)",
         "dry-run": "print the Plans' YAML; apply nothing",
@@ -428,13 +440,17 @@ def rollout(
     selector: str | None = None,
     dry_run: bool = False,
 ) -> None:
-    """Roll an OS release over the fleet with system-upgrade-controller Plans: canary ring first.
+    """Roll an OS release over the fleet with system-upgrade-controller Plans: servers, canaries, fleet.
 
-    Renders one Plan pair per device type (--dry-run prints them), checks the cluster
-    (controller installed, every artifact fits some node, canary nodes labelled per device
-    type), applies them with kubectl (GPU_K8S_KUBECTL overrides the command, KUBECONFIG
-    picks the cluster) and follows each node until every ring completed or a node failed
-    its health gate and rolled back, which stops the rollout there."""
+    Renders the server ring (every k3s server of the release's device types, one at a time,
+    cordoned but not drained, each taking its own device type's artifact) and one canary and
+    fleet Plan per device type, whose jobs wait for the rings before them (--dry-run prints
+    them); checks the cluster (controller installed, every artifact fits some node, canary
+    agents labelled per device type) and says what the control plane does meanwhile; applies
+    them with kubectl (GPU_K8S_KUBECTL overrides the command, KUBECONFIG picks the cluster)
+    and follows each node, through a server's reboot that takes the API server along, until
+    every ring completed or a node failed its health gate and rolled back, which stops the
+    rollout there. ./task status shows the same from any shell, later."""
     concurrency_value = _whole_number("concurrency", concurrency, minimum=1)
     try:
         artifacts = rollout_module.resolve_artifacts(
@@ -453,6 +469,26 @@ def rollout(
     except KeyboardInterrupt:
         console.error("stopped following; the Plans stay applied and the rollout goes on in the cluster")
         raise Exit(code=130) from None
+
+
+@task
+def status(c: Context) -> None:
+    """Show where every node of the fleet stands and where the current rollout is, from the cluster.
+
+    A table of every node (machine, k3s role, Ready and cordoned, OS release and slot, update
+    state as its update agent published it: pending, committed, rolled back or failed, and
+    allocatable nvidia.com/gpu of its GPUs), then each rollout Plan (ring, version, the node it
+    is updating, what it waits for), then the problems. Reads the cluster with kubectl
+    (KUBECONFIG picks it, GPU_K8S_KUBECTL overrides the command), changes nothing. Exit status
+    1 when a node failed or rolled back, a rollout job failed, or the cluster cannot be read."""
+    try:
+        found = status_module.run_status()
+    except status_module.StatusError as failure:
+        raise _refuse(failure) from None
+    if found.problems:
+        console.error(f"{len(found.problems)} problem(s): see above (docs/fleet.md, 'A failed canary, and how "
+                      "to resume')")
+        raise Exit(code=1)
 
 
 @task

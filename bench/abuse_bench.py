@@ -4,8 +4,8 @@ Run (after bench/go/build.sh):
     .venvs/plugin-oldest/bin/python bench/abuse_bench.py [--flips 10000] [--gpus 64 --replicas 4]
 
 The plugin runs as a process (simulated GPUs, health flipped through its health files) with
-bench/go/kubelet-client as the kubelet: registered, its ListAndWatch stream open. Then, one
-after the other, each with a fresh raw HTTP/2 connection (tests/plugin/h2_peer.py):
+bench/go's kubelet-client (the kubelet's own device manager) as the kubelet: registered, its
+ListAndWatch stream open. Then, one after the other, each with a fresh raw HTTP/2 connection (tests/plugin/h2_peer.py):
 
 - zero window: ListAndWatch with SETTINGS_INITIAL_WINDOW_SIZE 0 and never a WINDOW_UPDATE,
   while health flips `--flips` times;
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args)
     try:
         stack = load_kubelet_bench().python_stack(args.python)
-        print(f"plugin: {stack}; kubelet: bench/go kubelet-client; {os.cpu_count()} CPUs, "
+        print(f"plugin: {stack}; kubelet: the device manager in bench/go kubelet-client; {os.cpu_count()} CPUs, "
               f"load {os.getloadavg()[0]:.2f}")
         bench.run()
     finally:

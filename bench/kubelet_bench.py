@@ -1,17 +1,19 @@
-"""The plugin against a Go reference plugin, both called as the kubelet calls them.
+"""The plugin against Kubernetes' own reference plugin, both called by the kubelet's own device manager.
 
 Run (after bench/go/build.sh; bench/README.md has the figures and how to read them):
     .venvs/plugin-oldest/bin/python bench/kubelet_bench.py [--rounds 3] [--idle-seconds 60]
 
-The client is bench/go/kubelet-client: grpc-go, generated v1beta1 stubs, the device
-manager's calls (Register with dial-back and GetDevicePluginOptions, one ListAndWatch
-stream, then per admission GetPreferredAllocation + Allocate on the one connection). The
-reference is bench/go/reference-plugin, a minimal Go plugin from the same stubs. Each round
-starts every target afresh with its own client (start -> registered, first admission), then
-times their admissions in slices, the targets taking turns (--slices), so that every target
-is measured over the same minutes of the machine, then reads RSS/PSS and idle CPU. Medians
-over the rounds are printed with our/reference ratios, and with the load average, the
-interpreter and library versions: the figures depend on all of them.
+The client is bench/go's kubelet-client: the kubelet's device manager (k8s.io/kubernetes at the
+version conformance/go.mod pins, our k3s's) serving kubelet.sock, with the kubelet's calls: it
+takes the plugin's registration, keeps its ListAndWatch stream, and per admission runs the
+manager's Allocate (the plugin's GetPreferredAllocation, then Allocate, then the manager's
+checkpoint) and reads the container's run options. The reference is bench/go's stub-plugin:
+Kubernetes' device plugin stub (the code of test/images/sample-device-plugin) answering as ours
+does. Each round starts every target afresh with its own client (start -> its devices known to
+the manager, first admission), then times their admissions in slices, the targets taking turns
+(--slices), so that every target is measured over the same minutes of the machine, then reads
+RSS/PSS and idle CPU. Medians over the rounds are printed with our/reference ratios, and with
+the load average, the interpreter and library versions: the figures depend on all of them.
 Our plugin runs on the interpreter running this script (or --python). Standard library only.
 """
 
@@ -50,9 +52,10 @@ class BenchError(Exception):
 
 @dataclass
 class Target:
-    name: str  # "go-reference", "simulated", "tegra"
+    name: str  # "go-reference", "simulated", "tegra", or a --plugin / --variant name
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    setup: str = ""  # which leg's files prepare() makes: "simulated", "tegra" or none
 
 
 @dataclass
@@ -193,6 +196,13 @@ class GoClient:
         self.proc.stdin.flush()
         return self.wait("admissions", 120 + count / 100)
 
+    def bulk(self, calls: int, size: int) -> list[str]:
+        """`calls` concurrent Allocates of about `size` bytes each on the one connection: their codes."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"bulk {calls} {size}\n")
+        self.proc.stdin.flush()
+        return self.wait("bulk", 60)["codes"]
+
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
@@ -278,7 +288,7 @@ class Running:
 
 def start(target: Target, client_binary: Path, args: argparse.Namespace) -> Running:
     """Start a target with a fresh client: start -> registered, and its first admission."""
-    work = tempfile.mkdtemp(prefix="gdp-kb-", dir="/tmp")
+    work = tempfile.mkdtemp(prefix="gdp-kb-", dir=args.work_root)
     socket_dir = os.path.join(work, "sock")
     os.makedirs(socket_dir)
     running = Running(target, work, GoClient(client_binary, socket_dir))
@@ -287,7 +297,7 @@ def start(target: Target, client_binary: Path, args: argparse.Namespace) -> Runn
         env = {k: v.replace("{cache_root}", args.cache_root) for k, v in target.env.items()}
         if "CACHE_DIRECTORY" in env:
             os.makedirs(env["CACHE_DIRECTORY"], exist_ok=True)
-        prepare(target.name, work)
+        prepare(target.setup, work)
         started = time.time_ns()
         running.proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
@@ -345,10 +355,10 @@ def measure_round(chosen: Sequence[Target], client_binary: Path, args: argparse.
             r.stop()
 
 
-def prepare(name: str, work: str) -> None:
-    if name == "simulated":
+def prepare(setup: str, work: str) -> None:
+    if setup == "simulated":
         os.makedirs(os.path.join(work, "health"))
-    elif name == "tegra":
+    elif setup == "tegra":
         root = os.path.join(work, "nano")
         shutil.copytree(NANO_FIXTURE, root, symlinks=True)
         try:  # with a readable kernel log the monitor runs the select() loop a Jetson runs
@@ -368,23 +378,39 @@ def extra_target(spec: str) -> Target:
     return Target(name, command.split())
 
 
+_FLAGS = ["--kubelet-socket", "{socket_dir}/kubelet.sock", "--log-level", "info", "--health-recovery-period", "0"]
+_SIMULATED = ["--config-file", str(IMAGE_CONFIGS / "qemuall" / "gpu-device-plugin.yaml"),
+              "--simulated-health-dir", "{work}/health"]
+
+
 def targets(python: str) -> list[Target]:
     env = {"PYTHONPATH": str(ROOT / "plugin" / "src"), "JOURNAL_STREAM": ""}
     # the unit's CacheDirectory, one per target kept across rounds: round 1 is a first start
     # (the config file parsed), later rounds restarts (its parsed copy read back)
-    ours = [python, "-m", "gpu_device_plugin", "--kubelet-socket", "{socket_dir}/kubelet.sock",
-            "--log-level", "info", "--health-recovery-period", "0"]
+    ours = [python, "-m", "gpu_device_plugin", *_FLAGS]
     return [
-        Target(REFERENCE, [str(GO_BIN / "reference-plugin"), "-kubelet-socket", "{socket_dir}/kubelet.sock",
+        Target(REFERENCE, [str(GO_BIN / "stub-plugin"), "-kubelet-socket", "{socket_dir}/kubelet.sock",
                            "-devices", "2"]),
-        Target("simulated", [*ours, "--config-file", str(IMAGE_CONFIGS / "qemuall" / "gpu-device-plugin.yaml"),
-                             "--simulated-health-dir", "{work}/health"],
-               {**env, "CACHE_DIRECTORY": "{cache_root}/simulated"}),
+        Target("simulated", [*ours, *_SIMULATED], {**env, "CACHE_DIRECTORY": "{cache_root}/simulated"}, "simulated"),
         # the Nano's own config: its runtime reads NVIDIA_VISIBLE_DEVICES only, and the plugin refuses a
         # hand-over the node's runtime ignores (the R39 config's volume mounts)
         Target("tegra", [*ours, "--config-file", str(IMAGE_CONFIGS / "tegra210" / "gpu-device-plugin.yaml"),
-                         "--host-root", "{work}/nano"], {**env, "CACHE_DIRECTORY": "{cache_root}/tegra"}),
+                         "--host-root", "{work}/nano"], {**env, "CACHE_DIRECTORY": "{cache_root}/tegra"}, "tegra"),
     ]
+
+
+def variant_target(spec: str, python: str) -> Target:
+    """--variant NAME=PATHS[=SCRIPT]: the simulated leg exactly (config file, health directory, cache,
+    environment), with PATHS (os.pathsep-separated) as PYTHONPATH and, if given, `python SCRIPT`
+    run instead of `python -m gpu_device_plugin`: another commit of the plugin, or another transport."""
+    name, _, rest = spec.partition("=")
+    paths, _, script = rest.partition("=")
+    if not name or not paths or name in (REFERENCE, "simulated", "tegra"):
+        raise BenchError(f"--variant {spec!r}: write NAME=PYTHONPATH[=SCRIPT] with a new NAME, e.g. "
+                         "'before=/tmp/old/plugin/src'")
+    entry = [script] if script else ["-m", "gpu_device_plugin"]
+    return Target(name, [python, *entry, *_FLAGS, *_SIMULATED],
+                  {"PYTHONPATH": paths, "JOURNAL_STREAM": "", "CACHE_DIRECTORY": "{cache_root}/" + name}, "simulated")
 
 
 def compile_plugin(python: str) -> None:
@@ -409,6 +435,11 @@ def python_stack(python: str) -> str:
     return done.stdout.strip()
 
 
+def default_work_root() -> str:
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="fresh starts of every target (medians over them)")
@@ -423,8 +454,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "or a --plugin NAME")
     parser.add_argument("--plugin", action="append", default=[], metavar="NAME=COMMAND",
                         help="also measure this plugin; {socket_dir} in COMMAND is the kubelet's socket directory")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=PYTHONPATH[=SCRIPT]",
+                        help="also measure the simulated leg run from PYTHONPATH (another commit of the plugin), "
+                        "through SCRIPT if given (bench/h2lib_candidate.py: the plugin on python-hyper's h2)")
     parser.add_argument("--python", default=sys.executable, help="interpreter our plugin runs on")
     parser.add_argument("--json", metavar="PATH", help="also write every round's figures here")
+    parser.add_argument("--work-root", default=default_work_root(),
+                        help="where each round's sockets and the device manager's checkpoint live (default: tmpfs "
+                        "/dev/shm where there is one: the manager writes and fsyncs its checkpoint at every "
+                        "admission, and a disk's flush would be measured instead of the plugins)")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.admissions < 1 or args.slices < 1 or args.warmup < 0:
         parser.error("--rounds, --admissions and --slices take 1 or more, --warmup 0 or more")
@@ -437,18 +475,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     client = GO_BIN / "kubelet-client"
-    if not client.exists() or not (GO_BIN / "reference-plugin").exists():
-        print(f"error: {client} is not built. fix: bench/go/build.sh (needs Debian's golang-go and "
-              "golang-google-grpc-dev; see the script's header)", file=sys.stderr)
+    if not client.exists() or not (GO_BIN / "stub-plugin").exists():
+        print(f"error: {client} is not built. fix: bench/go/build.sh (needs Go; it builds conformance/'s "
+              "programs from the Go module proxy)", file=sys.stderr)
         return 2
     try:
         stack = python_stack(args.python)
         compile_plugin(args.python)
         go_stack = (GO_BIN / "stack.txt").read_text().strip() if (GO_BIN / "stack.txt").exists() else "go"
-        print(f"client: kubelet-client ({go_stack}); reference: reference-plugin ({go_stack}); ours: {stack}")
+        print(f"client: the kubelet's device manager ({go_stack}); reference: Kubernetes' device plugin stub "
+              f"({go_stack}); ours: {stack}")
         print(f"{os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}; our round 1 is a first "
-              "start (config file parsed), later rounds restarts (its parsed copy read back)")
-        every = [*targets(args.python), *(extra_target(spec) for spec in args.plugin)]
+              "start (config file parsed), later rounds restarts (its parsed copy read back); sockets and the "
+              f"manager's checkpoint in {args.work_root}")
+        every = [*targets(args.python), *(extra_target(spec) for spec in args.plugin),
+                 *(variant_target(spec, args.python) for spec in args.variant)]
         chosen = [t for t in every if not args.target or t.name in args.target]
         if not chosen:
             raise BenchError(f"no target named {', '.join(args.target)}: choose from "

@@ -86,6 +86,27 @@ def explain(message: str, context: ParserContext | None, collection: Collection 
     return f"no task or option {token!r}{hint} (./task --list)"
 
 
+def repeatable_option_without_value(words: list[str], parsed: list[ParserContext]) -> str | None:
+    """invoke silently drops a repeatable option (a task's `iterable=`) given without a value:
+    `flash --label --yes` would flash with no label. The first such option, as 'TASK --OPTION'."""
+    contexts = {context.name: context for context in parsed}
+    current: ParserContext | None = None
+    seen: dict[tuple[str, str], int] = {}
+    for word in words:
+        if word in contexts:
+            current = contexts[word]
+            continue
+        flag = word.split("=", 1)[0]
+        if current is None or not flag.startswith("--") or flag not in current.flags:
+            continue
+        if current.flags[flag].kind is list:
+            seen[(current.name, flag)] = seen.get((current.name, flag), 0) + 1
+    for (name, flag), count in seen.items():
+        if len(contexts[name].flags[flag].value) < count:
+            return f"{name} {flag}"
+    return None
+
+
 USAGE_EXIT = 2  # tools/usage.py's EXIT_USAGE (this file runs before tools/ is importable)
 
 
@@ -108,6 +129,11 @@ class TaskProgram(Program):
             context = getattr(error, "context", None)
             message = explain(str(error), context, getattr(self, "collection", None), list(self.argv or []))
             raise Exit(message, code=USAGE_EXIT) from None
+        bare = repeatable_option_without_value(list(self.core.unparsed), list(self.tasks))
+        if bare is not None:
+            task, flag = bare.split(" ")
+            raise Exit(f"{task} {flag} needs a value each time it is given: {flag} VALUE (./task {task} --help)",
+                       code=USAGE_EXIT)
 
 
 program = TaskProgram(name="meta-gpu-k8s tasks", binary="./task", version=__version__)

@@ -102,10 +102,11 @@ MENDER_DATA_PART_NUMBER:tegra234 = "17"
 # 11, is UDA). The layout class stops the build if the layout numbers it otherwise.
 MENDER_DATA_PART_SIZE_MB_DEFAULT:tegra264 = "1024"
 MENDER_DATA_PART_NUMBER:tegra264 = "13"
-# The SD-card devkit writes its card with that layout: two 14 GiB slots, NVIDIA's 1.3 GiB of
+# The SD-card devkit writes its card with that layout: two 14 GiB slots, NVIDIA's 1.56 GB of
 # boot partitions and the data image need a card of 64 GB (NVIDIA's minimum for an SD root).
+# One value for the layer and ./task flash (dosdcard.sh -s): lib/gpu_k8s/tegra_sdcard.py.
 # (The NVMe devkit carries the same override and writes no card.)
-TEGRAFLASH_SDCARD_SIZE:jetson-orin-nano-devkit = "64G"
+TEGRAFLASH_SDCARD_SIZE:jetson-orin-nano-devkit = "${@gpu_k8s_lib(d, 'gpu_k8s.tegra_sdcard').ORIN_SD_CARD_SIZE}"
 
 # The boot firmware capsule is applied only when its FMP image type GUID matches the one built
 # into the running UEFI, and from L4T R38 on each UEFI configuration has its own. Settled here,
@@ -154,3 +155,13 @@ GPU_K8S_ARTIFACT_SIGNING_CHECK = "${@'gpu_k8s_check_artifact_signing' if set(d.g
 do_rootfs[prefuncs] += "${GPU_K8S_ARTIFACT_SIGNING_CHECK}"
 do_image_mender[prefuncs] += "gpu_k8s_check_artifact_signing"
 do_image_tegra_mender_native[prefuncs] += "gpu_k8s_check_artifact_signing"
+
+# The verify key the root filesystem holds, deployed beside the image's manifest
+# (IMAGE-MACHINE-DATETIME.artifact-verify-key.pem and its stable link): `./task release`
+# refuses an artifact whose signature that key would reject (docs/fleet.md).
+python gpu_k8s_deploy_verify_key() {
+    gpu_k8s_lib(d, 'gpu_k8s.signing').deploy_verify_key(
+        d.expand('${IMAGE_ROOTFS}${sysconfdir}/mender/artifact-verify-key.pem'),
+        d.getVar('IMAGE_MANIFEST'), d.getVar('IMGDEPLOYDIR'), d.getVar('IMAGE_LINK_NAME'))
+}
+do_rootfs[postfuncs] += "gpu_k8s_deploy_verify_key"

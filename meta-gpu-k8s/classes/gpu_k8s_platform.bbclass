@@ -89,3 +89,9 @@ GPU_K8S_NVIDIA_RUNTIME_MODE:tegra264 = "csv"
 # their own nodes.
 GPU_K8S_NVIDIA_NODES_PACKAGE = ""
 GPU_K8S_NVIDIA_NODES_PACKAGE:tegra264 = "gpu-k8s-nvidia-nodes"
+
+# Thor: pynvml, through which the device plugin reads the GPU's utilization
+# (DCGM_FI_DEV_GPU_UTIL): Thor's open driver answers NVML (meta-tegra's tegra-libraries-nvml,
+# which the toolkit already installs) and has no nvgpu load file. nvgpu (Nano, Orin) has one.
+GPU_K8S_NVML_PYTHON_PACKAGE = ""
+GPU_K8S_NVML_PYTHON_PACKAGE:tegra264 = "python3-nvidia-ml-py"

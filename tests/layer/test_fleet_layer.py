@@ -19,6 +19,7 @@ from layer_paths import KAS, LAYER, REPO
 from test_kas import SERIES_OF, merged
 
 sys.path.insert(0, str(LAYER / "lib"))
+from gpu_k8s import signing
 from gpu_k8s.signing import signing_problems
 
 CLASS = LAYER / "classes/gpu_k8s_mender.bbclass"
@@ -444,6 +445,56 @@ def test_the_debug_image_may_go_unsigned_but_not_half_signed(tmp_path):
     assert signing_problems("off", "", "") == []
     half = signing_problems("optional", private, "")
     assert half == ["MENDER_ARTIFACT_SIGNING_KEY is set but MENDER_ARTIFACT_VERIFY_KEY is not: set both, or neither"]
+
+
+def test_a_relative_key_path_is_refused_with_the_fix(tmp_path):
+    # bitbake runs mender-artifact and `install` in each task's own directory
+    problems = signing_problems("required", "keys/signing.key", "/keys/verify.pem")
+    assert problems == ["MENDER_ARTIFACT_SIGNING_KEY (keys/signing.key) is a relative path, which bitbake's tasks, "
+                        "each run in a directory of its own, cannot find: give it as an absolute path"]
+
+
+def test_the_verify_key_the_root_filesystem_holds_is_deployed_beside_the_manifest(tmp_path):
+    """./task release checks each artifact against this record (tools/fleet/release.py)."""
+    text = CLASS.read_text()
+    assert re.search(r'^do_rootfs\[postfuncs\] \+= "gpu_k8s_deploy_verify_key"$', text, re.M)
+    assert "${IMAGE_ROOTFS}${sysconfdir}/mender/artifact-verify-key.pem" in text, "the key the boards will hold"
+    rootfs_key = tmp_path / "rootfs/etc/mender/artifact-verify-key.pem"
+    rootfs_key.parent.mkdir(parents=True)
+    rootfs_key.write_text("-----BEGIN PUBLIC KEY-----\n")
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    for manifest, record in (("gpu-k8s-image-genericx86-64.rootfs-20261201.manifest",  # wrynose's IMAGE_NAME
+                              "gpu-k8s-image-genericx86-64.rootfs-20261201.artifact-verify-key.pem"),
+                             ("gpu-k8s-image-jetson-nano-devkit-20261201.rootfs.manifest",  # kirkstone's
+                              "gpu-k8s-image-jetson-nano-devkit-20261201.rootfs.artifact-verify-key.pem")):
+        link_name = manifest.split("-2026")[0]
+        written = signing.deploy_verify_key(str(rootfs_key), str(deploy / manifest), str(deploy), link_name)
+        assert written == str(deploy / record)
+        assert (deploy / record).read_text() == rootfs_key.read_text()
+        assert os.readlink(deploy / f"{link_name}.artifact-verify-key.pem") == record
+    assert signing.deploy_verify_key(str(tmp_path / "none.pem"), str(deploy / "x.manifest"), str(deploy), "x") == ""
+
+
+def test_a_new_verify_key_at_the_same_path_rebuilds_the_mender_package_instead_of_coming_from_sstate():
+    append = LAYER / "dynamic-layers/mender/recipes-mender/mender-client/mender_%.bbappend"
+    assert re.search(r"^inherit \$\{@bb\.utils\.contains\('DISTRO_FEATURES', 'gpu-k8s-mender', "
+                     r"'gpu_k8s_mender_verify_key', '', d\)\}$", append.read_text(), re.M), "with the A/B class only"
+    text = (LAYER / "classes/gpu_k8s_mender_verify_key.bbclass").read_text()
+    expression = re.search(r'^do_install\[file-checksums\] \+= "\$\{@(.+)\}"$', text, re.M)
+    assert expression, text
+
+    class Data:
+        def __init__(self, key: str) -> None:
+            self.key = key
+
+        def getVar(self, name: str) -> str:  # bitbake's name
+            assert name == "MENDER_ARTIFACT_VERIFY_KEY"
+            return self.key
+
+    # bitbake's file-checksums entries are PATH:EXPECTED-TO-EXIST
+    assert eval(expression[1], {"d": Data("/keys/verify.pem")}) == "/keys/verify.pem:True"
+    assert eval(expression[1], {"d": Data("")}) == "", "no key: nothing to hash"
 
 
 def test_an_unknown_signing_mode_is_refused():

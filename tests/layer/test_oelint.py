@@ -34,7 +34,7 @@ def test_there_are_recipes_to_lint():
     assert any(r.endswith(".bbappend") for r in RECIPES)
 
 
-# What ./task lint adds per series (tools/lint.py OELINT_SERIES_SUPPRESS): inherit_defer is
+# What ./task lint adds per series (tools/dev/lint.py OELINT_SERIES_SUPPRESS): inherit_defer is
 # scarthgap+ only, so a layer that also serves kirkstone cannot use it.
 NEWER_SERIES_SUPPRESS = ("--suppress", "oelint.var.inherit.inherit_defer")
 

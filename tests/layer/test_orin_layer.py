@@ -19,7 +19,10 @@ from layer_paths import KAS, LAYER, REPO
 from test_kas import load, merged
 
 sys.path.insert(0, str(LAYER / "lib"))
-from gpu_k8s import tegra_layout
+sys.path.insert(0, str(REPO))
+from gpu_k8s import tegra_layout, tegra_sdcard
+
+from tools.flash import make_sdcard, orin
 
 CLASS = LAYER / "classes/gpu_k8s_mender.bbclass"
 DYNAMIC = LAYER / "dynamic-layers/mender-tegra"
@@ -71,9 +74,9 @@ def test_every_jetson_build_is_an_ab_image_whose_keys_come_from_the_environment(
 
 @pytest.mark.parametrize("machine", ["jetson-orin-nano", "jetson-orin-nano-sd", "jetson-agx-orin"])
 def test_an_orin_build_without_keys_is_refused_before_kas_starts(machine, tmp_path):
-    # ./task build runs this before any build work (tools/preflight.py, the layer's own rule),
+    # ./task build runs this before any build work (tools/image/preflight.py, the layer's own rule),
     # on the kas file as build.py names it: a machine override is joined with a colon
-    from tools import build, preflight
+    from tools.image import build, preflight
     kas_file = preflight.kas_paths(build.MACHINES[machine].kas_file, root=REPO)
     problem = preflight.signing_problem(kas_file, "gpu-k8s-image", {}, tmp_path / "site.conf")
     assert "MENDER_ARTIFACT_SIGNING_KEY and MENDER_ARTIFACT_VERIFY_KEY are not set" in problem
@@ -303,7 +306,45 @@ def test_the_layout_class_is_applied_after_install_and_checks_the_number_mender_
 def test_the_orin_data_image_is_a_floor_that_grows():
     values = class_assignments()
     assert int(values["MENDER_DATA_PART_SIZE_MB_DEFAULT:tegra234"]) >= 512
-    assert values["TEGRAFLASH_SDCARD_SIZE:jetson-orin-nano-devkit"] == "64G"
+
+
+def sd_card_layout() -> str:
+    """The SD-card Orin's flash.xml.in as its package carries it: NVIDIA's partition sizes, two
+    slots of half meta-tegra's ROOTFSPART_SIZE_DEFAULT, the layer's data partition after APP_b
+    sized as the data image (MENDER_DATA_PART_SIZE_MB)."""
+    data_bytes = int(class_assignments()["MENDER_DATA_PART_SIZE_MB_DEFAULT:tegra234"]) * 1024 * 1024
+    text = tegra_layout.place_data_partition(tl.SD_TEMPLATE_SIZED, "permanet_user_storage", data_bytes).text
+    return tl.as_packaged(text, tl.ROOTFSPART_SIZE_DEFAULT // 2)
+
+
+def test_the_sd_card_size_is_one_value_the_layer_and_flash_take_and_the_whole_layout_fits_it():
+    size = tegra_sdcard.ORIN_SD_CARD_SIZE
+    # the layer states it from the one place (a literal here would be a second place of truth)
+    assert class_assignments()["TEGRAFLASH_SDCARD_SIZE:jetson-orin-nano-devkit"] == (
+        "${@gpu_k8s_lib(d, 'gpu_k8s.tegra_sdcard').ORIN_SD_CARD_SIZE}")
+    # flash makes the SD image with it (dosdcard.sh -s)
+    assert orin.ORIN_TARGETS["jetson-orin-nano-devkit"].sd_card_size == size
+    # every partition make-sdcard creates fits the card, the data partition's image included
+    needed = make_sdcard.needed_bytes(sd_card_layout())
+    room = make_sdcard.card_sectors(size) * make_sdcard.SECTOR_BYTES
+    assert needed <= room, f"the layout needs {needed} bytes, a {size} SD image holds {room}"
+    # and not a card of half that size: what flash asked for before (-s 32G), whose make-sdcard failed
+    assert needed > make_sdcard.card_sectors("32G") * make_sdcard.SECTOR_BYTES
+    assert make_sdcard.card_to_buy(needed) == int(size.removesuffix("G"))
+
+
+def test_the_docs_name_the_sd_card_the_layer_lays_out_for():
+    gigabytes = tegra_sdcard.ORIN_SD_CARD_SIZE.removesuffix("G") + " GB"
+    readme_row = next(line for line in (REPO / "README.md").read_text().splitlines() if "`jetson-orin-nano-sd`" in line)
+    assert f"({gigabytes} or more)" in readme_row
+    layer_row = next(line for line in (REPO / "docs/layer.md").read_text().splitlines()
+                     if line.startswith("| `jetson-orin-nano-devkit` |"))
+    assert f"a card of **{gigabytes}** or more" in layer_row
+    tooling = (REPO / "docs/tooling.md").read_text()
+    assert f"`dosdcard.sh -s {tegra_sdcard.ORIN_SD_CARD_SIZE}`" in tooling
+    # no other size offered for it (flash once asked for -s 32G: "32 GB layout")
+    others = re.findall(r"-s (\d+)G\b|\b(\d+) ?GB? layout", tooling + (REPO / "README.md").read_text())
+    assert {size for pair in others for size in pair if size} <= {tegra_sdcard.ORIN_SD_CARD_SIZE.removesuffix("G")}
 
 
 # ---------------------------------------------------------------- slot verification

@@ -85,6 +85,16 @@ def test_the_node_unit_is_thors_alone_and_the_packagegroup_carries_it():
     assert recipe.value("SYSTEMD_SERVICE", "${PN}") == "gpu-k8s-nvidia-nodes.service"
 
 
+def test_thor_alone_gets_pynvml_for_its_gpu_utilization():
+    """Thor's open driver answers NVML and has no nvgpu load file: the plugin reads DCGM_FI_DEV_GPU_UTIL
+    through pynvml (metrics/tegra.py), which only the x86 stack installed before."""
+    assert platform("GPU_K8S_NVML_PYTHON_PACKAGE", THOR) == "python3-nvidia-ml-py"
+    assert platform("GPU_K8S_NVML_PYTHON_PACKAGE", ORIN) == platform("GPU_K8S_NVML_PYTHON_PACKAGE", NANO) == ""
+    assert "${GPU_K8S_NVML_PYTHON_PACKAGE}" in parse(PACKAGEGROUP).words("RDEPENDS", "${PN}", "append", "tegra")
+    recipe = parse(LAYER / "recipes-devtools/python3-nvidia-ml-py/python3-nvidia-ml-py_13.580.126.bb")
+    assert "allarch" in recipe.inherits  # one pure-Python module: the same package on aarch64
+
+
 def test_the_nodes_exist_before_anything_hands_the_gpu_out_and_nothing_waits_on_a_failure():
     service = unit(NODES_DIR / "files/gpu-k8s-nvidia-nodes.service")
     before = service["Unit"]["Before"].split()
@@ -315,7 +325,7 @@ def test_thors_kernel_gets_the_tegra_watchdog_with_the_ab_class():
 @pytest.mark.parametrize("machine", ["jetson-agx-thor", "jetson-agx-thor-t4000"])
 def test_a_thor_build_without_keys_is_refused_before_kas_starts(machine, tmp_path):
     # the Thor kas file includes the A/B setup, and the T4000's colon-joined override keeps it
-    from tools import build, preflight
+    from tools.image import build, preflight
     kas_file = preflight.kas_paths(build.MACHINES[machine].kas_file, root=REPO)
     problem = preflight.signing_problem(kas_file, "gpu-k8s-image", {}, tmp_path / "site.conf")
     assert "MENDER_ARTIFACT_SIGNING_KEY and MENDER_ARTIFACT_VERIFY_KEY are not set" in problem

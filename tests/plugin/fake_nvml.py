@@ -5,6 +5,12 @@ the difference. Scripting: `FakeNvml([FakeGpu(...), ...])`, then `emit_xid(uuid,
 `emit_wait_error(...)`, `gpu.answering = False`, `library_missing=True`, `init_error=...`.
 Telemetry readings are FakeGpu fields (`gpu_util`, `sm_clock_mhz`, `power_mw`, ...); None
 makes the query answer NVML_ERROR_NOT_SUPPORTED, as a GPU without that sensor does.
+
+What NVML measures between two reads is modelled with a clock the test moves (`advance(s)`):
+a GPU's `gpm_rates` (GPM metric -> its value while the clock runs, e.g. percent busy) and
+`nvlink_kib_per_s` accumulate as counters, a GPM sample or an NVLink field value captures
+them with the time, and nvmlGpmMetricsGet gives (counter2 - counter1) / (t2 - t1), as the
+hardware's counters do.
 """
 
 from __future__ import annotations
@@ -140,6 +146,18 @@ class c_nvmlGpuFabricInfo_v2_t(ctypes.Structure):  # pynvml's name
 
 
 c_nvmlGpuFabricInfoV_t = c_nvmlGpuFabricInfo_v2_t
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_GPM_METRIC_GRAPHICS_UTIL = 1
+NVML_GPM_METRIC_SM_UTIL = 2
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
+NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20
+NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21
+NVML_GPM_METRIC_MAX = 210
+NVML_GPM_METRICS_GET_VERSION = 1
+NVML_GPM_SUPPORT_VERSION = 1
 
 
 @dataclass
@@ -174,6 +192,11 @@ class FakeGpu:
     # NVLink fabric (Hopper and newer on NVSwitch boards); None: the query is not supported (A100, PCIe GPUs)
     fabric_state: int | None = None
     fabric_status: int = NVML_SUCCESS
+    gpm_rates: dict[int, float] | None = None  # None: no GPM (before Hopper); else metric id -> value now
+    nvlink_kib_per_s: tuple[float, float] | None = None  # (TX, RX) now; None: no NVLink
+    # the counters behind them, advanced by FakeNvml.advance
+    gpm_counters: dict[int, float] = field(default_factory=dict)
+    nvlink_kib: list[float] = field(default_factory=lambda: [0.0, 0.0])
 
 
 @dataclass(frozen=True)
@@ -199,6 +222,7 @@ class _Utilization:
 @dataclass
 class _Value:  # nvmlValue_t: one member per value type
     uiVal: int = 0
+    ullVal: int = 0
 
 
 @dataclass
@@ -207,6 +231,38 @@ class _FieldValue:  # nvmlFieldValue_t
     nvmlReturn: int = NVML_SUCCESS
     valueType: int = NVML_VALUE_TYPE_UNSIGNED_INT
     value: _Value = field(default_factory=_Value)
+    scopeId: int = 0
+    timestamp: int = 0  # microseconds
+
+
+@dataclass
+class _GpmSupport:  # nvmlGpmSupport_t
+    version: int = NVML_GPM_SUPPORT_VERSION
+    isSupportedDevice: int = 0
+
+
+@dataclass
+class FakeGpmSample:  # what nvmlGpmSampleAlloc hands out (a pointer in pynvml)
+    uuid: str = ""
+    time: float | None = None
+    counters: dict[int, float] = field(default_factory=dict)
+    freed: bool = False
+
+
+@dataclass
+class _GpmMetric:  # nvmlGpmMetric_t
+    metricId: int = 0
+    nvmlReturn: int = NVML_SUCCESS
+    value: float = 0.0
+
+
+class c_nvmlGpmMetricsGet_t:
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: FakeGpmSample | None = None
+        self.sample2: FakeGpmSample | None = None
+        self.metrics = [_GpmMetric() for _ in range(NVML_GPM_METRIC_MAX)]
 
 
 @dataclass
@@ -283,6 +339,19 @@ class FakeNvml:
     NVML_GPU_FABRIC_STATE_COMPLETED = NVML_GPU_FABRIC_STATE_COMPLETED
     c_nvmlGpuFabricInfo_t = c_nvmlGpuFabricInfo_t
     c_nvmlGpuFabricInfoV_t = c_nvmlGpuFabricInfoV_t
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+    NVML_GPM_METRIC_GRAPHICS_UTIL = NVML_GPM_METRIC_GRAPHICS_UTIL
+    NVML_GPM_METRIC_SM_UTIL = NVML_GPM_METRIC_SM_UTIL
+    NVML_GPM_METRIC_ANY_TENSOR_UTIL = NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    NVML_GPM_METRIC_DRAM_BW_UTIL = NVML_GPM_METRIC_DRAM_BW_UTIL
+    NVML_GPM_METRIC_PCIE_TX_PER_SEC = NVML_GPM_METRIC_PCIE_TX_PER_SEC
+    NVML_GPM_METRIC_PCIE_RX_PER_SEC = NVML_GPM_METRIC_PCIE_RX_PER_SEC
+    NVML_GPM_METRIC_MAX = NVML_GPM_METRIC_MAX
+    NVML_GPM_METRICS_GET_VERSION = NVML_GPM_METRICS_GET_VERSION
+    NVML_GPM_SUPPORT_VERSION = NVML_GPM_SUPPORT_VERSION
+    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
 
     def __init__(
         self,
@@ -309,6 +378,8 @@ class FakeNvml:
         self._has_numa_function = has_numa_function
         self._has_fabric_info_v = has_fabric_info_v  # False: an nvidia-ml-py before nvmlDeviceGetGpuFabricInfoV
         self.fabric_calls = 0
+        self.now = 1_000_000.0  # seconds on NVML's clock (CPU time of samples and field values)
+        self.gpm_samples: list[FakeGpmSample] = []
 
     def __getattribute__(self, name: str) -> Any:
         # Old nvidia-ml-py releases lack nvmlDeviceGetNumaNodeId: the attribute does not exist.
@@ -322,6 +393,16 @@ class FakeNvml:
 
     def gpu(self, uuid: str) -> FakeGpu:
         return next(g for g in self.gpus if g.uuid == uuid)
+
+    def advance(self, seconds: float) -> None:
+        """Let `seconds` pass: every GPU's GPM and NVLink counters grow at their current rates."""
+        self.now += seconds
+        for gpu in self.gpus:
+            for metric, rate in (gpu.gpm_rates or {}).items():
+                gpu.gpm_counters[metric] = gpu.gpm_counters.get(metric, 0.0) + rate * seconds
+            if gpu.nvlink_kib_per_s is not None:
+                gpu.nvlink_kib = [total + rate * seconds
+                                  for total, rate in zip(gpu.nvlink_kib, gpu.nvlink_kib_per_s, strict=True)]
 
     def emit_event(self, uuid: str | None, event_type: int, event_data: int = 0) -> None:
         """Queue an event; uuid None: from a device NVML cannot name."""
@@ -454,14 +535,62 @@ class FakeNvml:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return self._reading(clocks[clock_type])
 
-    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[int]) -> list[_FieldValue]:
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list) -> list[_FieldValue]:
+        """Ids or (id, scopeId) pairs, as pynvml takes them; NVLink counters only for scope UINT_MAX
+        (all links, summed) here."""
         gpu = self._gpu(handle)
         out = []
-        for field_id in field_ids:
-            value = gpu.memory_temperature_c if field_id == NVML_FI_DEV_MEMORY_TEMP else None
-            out.append(_FieldValue(field_id, NVML_ERROR_NOT_SUPPORTED) if value is None
-                       else _FieldValue(field_id, value=_Value(uiVal=value)))
+        stamp = int(self.now * 1e6)
+        for entry in field_ids:
+            field_id, scope = entry if isinstance(entry, tuple) else (entry, 0)
+            if field_id == NVML_FI_DEV_MEMORY_TEMP and gpu.memory_temperature_c is not None:
+                out.append(_FieldValue(field_id, value=_Value(uiVal=gpu.memory_temperature_c), timestamp=stamp))
+            elif (field_id in (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
+                  and gpu.nvlink_kib_per_s is not None and scope == 0xFFFFFFFF):
+                kib = gpu.nvlink_kib[field_id - NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX]
+                out.append(_FieldValue(field_id, valueType=NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                                       value=_Value(ullVal=int(kib)), scopeId=scope, timestamp=stamp))
+            else:
+                out.append(_FieldValue(field_id, NVML_ERROR_NOT_SUPPORTED, scopeId=scope))
         return out
+
+    # -- GPM (Hopper and later) -----------------------------------------------------------
+
+    def nvmlGpmQueryDeviceSupport(self, handle: FakeHandle) -> _GpmSupport:
+        return _GpmSupport(isSupportedDevice=int(self._gpu(handle).gpm_rates is not None))
+
+    def nvmlGpmSampleAlloc(self) -> FakeGpmSample:
+        sample = FakeGpmSample()
+        self.gpm_samples.append(sample)
+        return sample
+
+    def nvmlGpmSampleFree(self, sample: FakeGpmSample) -> None:
+        sample.freed = True
+
+    def nvmlGpmSampleGet(self, handle: FakeHandle, sample: FakeGpmSample) -> FakeGpmSample:
+        gpu = self._gpu(handle)
+        if gpu.gpm_rates is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if sample.freed:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        sample.uuid, sample.time = gpu.uuid, self.now
+        sample.counters = {metric: gpu.gpm_counters.get(metric, 0.0) for metric in gpu.gpm_rates}
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
+        first, second = request.sample1, request.sample2
+        if (request.version != NVML_GPM_METRICS_GET_VERSION or first is None or second is None
+                or first.time is None or second.time is None or second.time <= first.time
+                or first.uuid != second.uuid):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        seconds = second.time - first.time
+        for metric in request.metrics[:request.numMetrics]:
+            if metric.metricId in second.counters:
+                metric.nvmlReturn = NVML_SUCCESS
+                metric.value = (second.counters[metric.metricId] - first.counters.get(metric.metricId, 0.0)) / seconds
+            else:
+                metric.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+        return request
 
     def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
         return self._reading(self._gpu(handle).power_mw)

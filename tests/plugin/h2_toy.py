@@ -11,6 +11,7 @@ from typing import Any
 
 from gpu_device_plugin.api import wire
 from gpu_device_plugin.api.grpc_server import CallContext, Method, Server
+from gpu_device_plugin.api.limits import DEFAULT, Limits
 from gpu_device_plugin.api.status import StatusCode
 from h2_peer import ALLOCATE, LIST_AND_WATCH
 
@@ -42,11 +43,16 @@ class Toy:
         self.devices = devices
         self.done = False
         self.watches: list[ToyWatch] = []
+        self.built = 0  # snapshots made: one per version, shared by every stream (as the servicer does)
+        self._newest: tuple[int, Any] = (-1, None)
 
     def snapshot(self, version: int) -> Any:
         """`devices` entries; the first one's ID carries the version, so a reader can tell which."""
-        return wire.ListAndWatchResponse(devices=[
-            wire.Device(ID=f"v{version}-gpu-{i:05d}", health="Healthy") for i in range(self.devices)])
+        if self._newest[0] != version:
+            self.built += 1
+            self._newest = (version, wire.ListAndWatchResponse(devices=[
+                wire.Device(ID=f"v{version}-gpu-{i:05d}", health="Healthy") for i in range(self.devices)]))
+        return self._newest[1]
 
     def allocate(self, request: Any, context: CallContext) -> Any:
         ids = [i for c in request.container_requests for i in c.devices_ids]
@@ -65,11 +71,11 @@ class Toy:
 
 
 @contextmanager
-def serving(socket_dir: str, toy: Toy | None = None) -> Iterator[tuple[Server, Toy, str]]:
+def serving(socket_dir: str, toy: Toy | None = None, limits: Limits = DEFAULT) -> Iterator[tuple[Server, Toy, str]]:
     toy = toy or Toy()
     path = f"{socket_dir}/h2.sock"
     server = Server({ALLOCATE: Method(wire.AllocateRequest, toy.allocate, False),
-                     LIST_AND_WATCH: Method(wire.Empty, toy.watch, True)})
+                     LIST_AND_WATCH: Method(wire.Empty, toy.watch, True)}, limits=limits)
     server.bind(path)
     server.start()
     try:

@@ -1,4 +1,6 @@
-"""The kubelet's PodResources service (v1 List) on a Unix socket, served by grpcio.
+"""The kubelet's PodResources service (v1 List) on a Unix socket, served by grpcio, and two
+kubelets that misbehave: one whose List hangs until the test releases it (`hang()`), and one
+that answers every connection with a malformed GOAWAY frame (`GoawayKubelet`, raw HTTP/2).
 
 Its messages are declared here in full, independently of the plugin's api/podresources.py,
 field numbers from k8s.io/kubelet/pkg/apis/podresources/v1/api.proto: the fields the plugin
@@ -8,13 +10,16 @@ topology; dynamic_resources) are filled in, so a test proves the plugin reads ar
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import threading
 from collections.abc import Sequence
 from concurrent import futures
 from typing import Any, NamedTuple
 
 import grpc
+from h2_peer import DATA, END_STREAM, GOAWAY, PREFACE, frame, settings
 
 STRING, INT64, UINT64, MESSAGE = 9, 3, 4, 11  # FieldDescriptorProto types
 OPTIONAL, REPEATED = 1, 3
@@ -92,12 +97,28 @@ class PodResourcesDouble:
         self.pods = list(pods)
         self.fail_with: grpc.StatusCode | None = None
         self.calls = 0
+        self.in_list = 0  # calls inside List now (a hung one stays counted until released)
         self._lock = threading.Lock()
+        self._released = threading.Event()
+        self._released.set()
         self._server: grpc.Server | None = None
+
+    def hang(self) -> None:
+        """From now on List blocks, as a wedged kubelet's does, until release()."""
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
 
     def List(self, request: Any, context: grpc.ServicerContext) -> Any:
         with self._lock:
             self.calls += 1
+            self.in_list += 1
+        try:
+            self._released.wait()
+        finally:
+            with self._lock:
+                self.in_list -= 1
         if self.fail_with is not None:
             context.abort(self.fail_with, "refused by the test")
         return list_response(self.pods)
@@ -116,6 +137,68 @@ class PodResourcesDouble:
         return self
 
     def stop(self) -> None:
+        self.release()
         if self._server is not None:
             self._server.stop(None).wait(2)
             self._server = None
+
+
+class GoawayKubelet:
+    """A kubelet socket whose server reads the client's request and answers with its SETTINGS and
+    a GOAWAY of three bytes (RFC 9113 6.8 wants at least eight): a transport error mid-call."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.connections = 0
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def start(self) -> GoawayKubelet:
+        os.makedirs(os.path.dirname(self.socket_path), exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        self._listener.bind(self.socket_path)
+        self._listener.listen(4)
+        self._thread.start()
+        return self
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:  # closed by stop()
+                return
+            with conn:
+                self.connections += 1
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    self._read_call(conn)
+                    conn.sendall(settings() + frame(GOAWAY, 0, 0, b"\x00\x00\x01"))
+                    while conn.recv(65536):  # until the client hangs up, so it reads all of the above
+                        pass
+
+    @staticmethod
+    def _read_call(conn: socket.socket) -> None:
+        """The preface and frames up to the request's END_STREAM (DATA, type 0, flag 1)."""
+        buf = bytearray()
+        while len(buf) < len(PREFACE):
+            buf += conn.recv(65536) or b"x" * len(PREFACE)
+        del buf[:len(PREFACE)]
+        while True:
+            while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                length, kind, flags = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
+                del buf[:9 + length]
+                if kind == DATA and flags & END_STREAM:
+                    return
+            data = conn.recv(65536)
+            if not data:
+                return
+            buf += data
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        self._thread.join(5)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_device_plugin.discovery.tegra import CHIP_NAMES, TegraBackend
+from gpu_device_plugin.discovery.tegra import TegraBackend
 from gpu_device_plugin.model import Gpu
 
 TREES = Path(__file__).parent / "fixtures" / "telemetry"
@@ -14,11 +14,6 @@ THOR = TREES / "jetson-agx-thor-r39"  # Jetson AGX Thor devkit, L4T R39.2 (wryno
 
 
 def jetson_gpu(root: Path) -> Gpu:
-    """The GPU the plugin serves on this tree. Thor's nodes are /dev/nvidia*, which discovery on
-    this branch does not take yet (the Thor work's): telemetry needs only its ID, name and L4T."""
-    backend = TegraBackend(str(root))
-    if root != THOR:
-        return backend.discover()[0]
-    chip, _ = backend.chip()
-    return Gpu(id=f"tegra-{chip.lower()}-igpu0", index=0, name=CHIP_NAMES[chip], backend="tegra",
-               properties={"chip": chip, "l4t": backend.l4t_release()})
+    """The GPU the plugin's discovery serves on this tree."""
+    [gpu] = TegraBackend(str(root)).discover()
+    return gpu

@@ -10,7 +10,7 @@ import struct
 from collections.abc import Callable, Iterator
 
 import pytest
-from gpu_device_plugin.api import grpc_server, wire
+from gpu_device_plugin.api import wire
 from h2_peer import (
     ACK,
     ALLOCATE,
@@ -180,21 +180,6 @@ def test_headers_on_a_closed_stream_is_a_stream_closed_connection_error(peer: Pe
 def test_data_after_the_client_reset_the_stream_is_stream_closed(peer: Peer) -> None:
     peer.send(peer.headers(1, request_fields()), rst_stream(1, 8), frame(DATA, END_STREAM, 1, b"x"))
     expect_connection_error(peer, STREAM_CLOSED)
-
-
-def test_the_connection_window_holds_request_bodies_not_yet_consumed(peer: Peer) -> None:
-    # credit comes back only for data the server is done with: two unfinished requests that
-    # together pass the window overrun it (before, credit came back on receipt: unbounded)
-    half = grpc_server.RECEIVE_WINDOW // 2 + 1
-    chunk = b"\0" * 16384
-    out = [peer.headers(1, request_fields()), peer.headers(3, request_fields())]
-    for stream in (1, 3):
-        sent = 0
-        while sent < half:
-            out.append(frame(DATA, 0, stream, chunk))
-            sent += len(chunk)
-    peer.send(*out)
-    expect_connection_error(peer, FLOW_CONTROL_ERROR)
 
 
 # ------------------------------------------------------------------ stream errors

@@ -181,3 +181,69 @@ def test_any_sequence_of_frames_leaves_the_server_answering(served: tuple[object
         assert fields[b"grpc-status"] == b"0"
     finally:
         fresh.close()
+
+
+@st.composite
+def reset_storms(draw) -> list[bytes]:
+    """Calls and watches opened and reset at once, in bursts, with the odd well-formed call between."""
+    out: list[bytes] = []
+    stream = 1
+    for _ in range(draw(st.integers(1, 40))):
+        path = draw(st.sampled_from([LIST_AND_WATCH, LIST_AND_WATCH, ALLOCATE]))
+        out.append(frame(HEADERS, 0x4, stream, hpack.Encoder().encode(request_fields(path))))
+        if draw(st.booleans()):
+            out.append(frame(DATA, END_STREAM, stream, grpc_message(b"" if path == LIST_AND_WATCH
+                                                                    else allocate_request("a"))))
+        if draw(st.integers(0, 3)):
+            out.append(frame(RST_STREAM, 0, stream, struct.pack(">I", draw(st.sampled_from([0, 8, 2])))))
+        stream += 2
+    return out
+
+
+def run_on(path: str, sequence: list[bytes], results: dict[int, tuple[list[Frame], bool, set[int]]],
+           index: int) -> None:
+    peer = Peer(path)
+    try:
+        peer.send(*sequence, ping(b"lastword"))
+        got: list[Frame] = []
+        answered = False
+        for item in peer.frames(wait=5):
+            got.append(item)
+            if item.kind == PING and item.flags & ACK and item.payload == b"lastword":
+                answered = True
+                break
+        opened = {struct.unpack_from(">I", f, 5)[0] & 0x7FFFFFFF for f in sequence if f[3] == HEADERS}
+        results[index] = (got, answered, opened)
+    finally:
+        peer.close()
+
+
+@settings(max_examples=EXAMPLES // 4, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(shapes=st.lists(st.one_of(sequences(), reset_storms()), min_size=2, max_size=4))
+def test_several_connections_at_once_with_reset_storms_leave_every_one_answered(
+        served: tuple[object, object, str], shapes: list[list[bytes]]) -> None:
+    """The same checks, with 2-4 connections sending at once (some of them open-and-reset storms):
+    one peer's frames never leave another's unanswered."""
+    import threading
+
+    server, _, path = served
+    results: dict[int, tuple[list[Frame], bool, set[int]]] = {}
+    threads = [threading.Thread(target=run_on, args=(path, shape, results, i)) for i, shape in enumerate(shapes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == len(shapes), "a connection's run did not finish"
+    for got, answered, opened in results.values():
+        check_server_frames(got, opened)
+        if not answered:
+            assert any(item.kind == GOAWAY for item in got), f"neither an answer nor GOAWAY: {got[-10:]}"
+    assert server._thread.is_alive(), "the server loop died"
+    fresh = Peer(path)
+    try:
+        fresh.send(fresh.call(1, allocate_request("after")))
+        fields, _, _ = fresh.response(1)
+        assert fields[b"grpc-status"] == b"0"
+    finally:
+        fresh.close()

@@ -91,22 +91,27 @@ def test_a_jetson_serves_dcgm_names_from_its_files_and_the_pod_holding_its_gpu(
     daemon = Daemon(settings_for(kubelet_root, host_root=str(root), device_discovery_strategy="tegra"), [gpu],
                     monitor, environ={})
     with RunningDaemon(daemon):
+        assert wait_until(lambda: 'pod="infer-0"' in scrape(daemon))  # the kubelet's answer, read beside the scrape
         text = scrape(daemon)
-    assert 'gpu_device_plugin_devices{resource="nvidia.com/gpu",health="healthy"} 1' in text  # the plugin's own
+    assert (f'gpu_device_plugin_devices{{resource="nvidia.com/gpu",health="healthy",Hostname="{board}-1"}} 1'
+            in text)  # the plugin's own, with the node's name as the GPUs' series carry it
     labels = (f'gpu="0",UUID="{gpu_id}",device="nvidia0",modelName="{gpu.name}",Hostname="{board}-1",'
               f'DCGM_FI_DRIVER_VERSION="{gpu.properties["l4t"]}",container="model",')
     for field, number in expected.items():
         name = f"DCGM_FI_DEV_{field}"
-        extra = f'err_code="{number}",' if field == "XID_ERRORS" else ""  # attributes sort by name
+        extra = f'err_code="{number}",err_msg="No Error",' if field == "XID_ERRORS" else ""  # sorted by name
         assert series(text, name) == [f'{name}{{{labels}{extra}namespace="vision",pod="infer-0"}} {number}'], (
             name, series(text, name))
         assert f"# TYPE {name} " in text
     for field in absent:
         assert f"DCGM_FI_DEV_{field}" not in text, field
     assert "pci_bus_id" not in text  # a platform GPU has no PCI address: no label, not an empty one
+    assert series(text, "gpu_device_plugin_pod_gpu_share") == [
+        f'gpu_device_plugin_pod_gpu_share{{{labels}namespace="vision",pod="infer-0"}} 1']
+    assert f'gpu_device_plugin_pod_resources_up{{Hostname="{board}-1"}} 1' in text
 
 
-def test_two_nvml_gpus_serve_nvmls_values_and_a_time_sliced_gpu_has_a_series_per_container(
+def test_two_nvml_gpus_serve_nvmls_values_and_a_time_sliced_gpu_one_series_with_a_share_per_container(
         kubelet_root: Path, pod_resources: PodResourcesDouble, monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = make_gpus(2)
     first.gpu_util, first.power_mw, first.memory_used_mib, first.energy_mj = 87, 245500, 30000, 1234567
@@ -123,20 +128,25 @@ def test_two_nvml_gpus_serve_nvmls_values_and_a_time_sliced_gpu_has_a_series_per
         assert wait_until(lambda: monitor.last_xid(second.uuid) == 0)
         nvml.emit_xid(first.uuid, 43)
         assert wait_until(lambda: monitor.last_xid(first.uuid) == 43)
+        assert wait_until(lambda: 'pod="b"' in scrape(daemon))
         text = scrape(daemon)
     util = series(text, "DCGM_FI_DEV_GPU_UTIL")
-    assert util[0] == (f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="{first.uuid}",pci_bus_id="00000000:3B:00.0",'
-                       f'device="nvidia0",modelName="NVIDIA A100-SXM4-40GB",Hostname="{os.uname().nodename}",'
-                       'DCGM_FI_DRIVER_VERSION="580.105.08"} 87')
-    assert [re.sub(r'^.*DCGM_FI_DRIVER_VERSION="580.105.08",', "", line) for line in util[1:]] == [
-        'container="c1",namespace="ml",pod="a",vgpu="0"} 3', 'container="c2",namespace="ml",pod="b",vgpu="1"} 3']
-    assert [value(line) for line in series(text, "DCGM_FI_DEV_POWER_USAGE")] == ["245.5", "62", "62"]
-    assert [value(line) for line in series(text, "DCGM_FI_DEV_FB_USED")] == ["30000", "0", "0"]
+    assert util == [
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="{first.uuid}",pci_bus_id="00000000:3B:00.0",device="nvidia0",'
+        f'modelName="NVIDIA A100-SXM4-40GB",Hostname="{os.uname().nodename}",DCGM_FI_DRIVER_VERSION="580.105.08"}} 87',
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="1",UUID="{second.uuid}",pci_bus_id="00000000:3C:00.0",device="nvidia1",'
+        f'modelName="Tesla T4",Hostname="{os.uname().nodename}",DCGM_FI_DRIVER_VERSION="580.105.08"}} 3']
+    # one series per GPU, whole: the time-sliced T4's two containers are in the share series
+    assert [value(line) for line in series(text, "DCGM_FI_DEV_POWER_USAGE")] == ["245.5", "62"]
+    assert [value(line) for line in series(text, "DCGM_FI_DEV_FB_USED")] == ["30000", "0"]
+    assert [re.sub(r'^.*DCGM_FI_DRIVER_VERSION="580.105.08",', "", line)
+            for line in series(text, "gpu_device_plugin_pod_gpu_share")] == [
+        'container="c1",namespace="ml",pod="a",vgpu="0"} 0.5', 'container="c2",namespace="ml",pod="b",vgpu="1"} 0.5']
     assert series(text, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") == [
         line for line in series(text, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") if f'UUID="{first.uuid}"' in line]
     assert len(series(text, "DCGM_FI_DEV_FB_RESERVED")) == 1  # the T4 has no v2 memory info
-    assert [value(line) for line in series(text, "DCGM_FI_DEV_XID_ERRORS")] == ["43", "0", "0"]
-    assert 'err_code="43"' in series(text, "DCGM_FI_DEV_XID_ERRORS")[0]
+    assert [value(line) for line in series(text, "DCGM_FI_DEV_XID_ERRORS")] == ["43", "0"]
+    assert 'err_code="43",err_msg="GPU stopped processing"' in series(text, "DCGM_FI_DEV_XID_ERRORS")[0]
 
 
 def test_simulated_gpus_have_no_hardware_so_no_dcgm_series(kubelet_root: Path,

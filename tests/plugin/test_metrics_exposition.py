@@ -6,10 +6,11 @@ import re
 from pathlib import Path
 
 import pytest
-from gpu_device_plugin.metrics import fields
-from gpu_device_plugin.metrics.attribution import Holder
+from gpu_device_plugin.metrics import fields, xids
+from gpu_device_plugin.metrics.attribution import Holder, attribute
 from gpu_device_plugin.metrics.collector import GpuLabels, GpuSample
-from gpu_device_plugin.metrics.exposition import escape, format_value, render
+from gpu_device_plugin.metrics.exposition import SHARE, escape, format_value
+from gpu_device_plugin.metrics.exposition import render as render_attributed
 from gpu_device_plugin.metrics.telemetry import hostname
 
 A100 = GpuSample(GpuLabels(gpu="0", uuid="GPU-a", device="nvidia0", model_name="NVIDIA A100-SXM4-40GB",
@@ -19,7 +20,11 @@ ORIN = GpuSample(GpuLabels(gpu="0", uuid="tegra-t234-igpu0", device="nvidia0", m
                            driver_version="R39.2.0"), {fields.GPU_UTIL: 12.7})
 # one exposition line: name{label="value",...} number
 LABEL = r'[A-Za-z_][A-Za-z0-9_]*="(?:[^"\\\n]|\\.)*"'
-SERIES = rf"^DCGM_FI_[A-Z_]+\{{({LABEL},)*{LABEL}\}} -?[0-9.e+]+$"
+SERIES = rf"^(DCGM_FI_[A-Z_]+|{SHARE})\{{({LABEL},)*{LABEL}\}} -?[0-9.e+-]+$"
+
+
+def render(samples: list[GpuSample], holders: dict[str, list[Holder]], host: str) -> str:
+    return render_attributed(attribute(samples, holders), host)
 
 
 def test_a_series_has_dcgm_exporters_labels_in_its_order() -> None:
@@ -28,14 +33,14 @@ def test_a_series_has_dcgm_exporters_labels_in_its_order() -> None:
             'modelName="NVIDIA A100-SXM4-40GB",Hostname="node-1",DCGM_FI_DRIVER_VERSION="580.105.08"} 87') in text
     assert ("# HELP DCGM_FI_DEV_POWER_USAGE Power the GPU draws now (in W).\n"
             "# TYPE DCGM_FI_DEV_POWER_USAGE gauge\n") in text
-    assert 'DCGM_FI_DEV_POWER_USAGE{gpu="0"' in text and text.rstrip().endswith('err_code="0"} 0')
+    assert 'DCGM_FI_DEV_POWER_USAGE{gpu="0"' in text and text.rstrip().endswith('err_code="0",err_msg="No Error"} 0')
 
 
 def test_every_line_is_valid_exposition_and_each_metric_has_help_and_type_once() -> None:
     text = render([A100, ORIN], {"GPU-a": [Holder("p", "ns", "c")]}, 'node "x"\\1')
     names = re.findall(r"^# TYPE (\S+) (gauge|counter)$", text, re.M)
     assert [n for n, _ in names] == [f.name for f in fields.METRICS if f.name in (
-        fields.GPU_UTIL, fields.POWER_USAGE, fields.XID_ERRORS)]
+        fields.GPU_UTIL, fields.POWER_USAGE, fields.XID_ERRORS)] + [SHARE]
     for line in text.splitlines():
         assert line.startswith("# ") or re.match(SERIES, line), line
 
@@ -62,17 +67,43 @@ def test_a_held_gpu_carries_pod_namespace_container_and_an_unheld_one_stays_plai
         'namespace="ml",pod="train-0"} 87',
         'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b",pci_bus_id="00000000:3B:00.0",device="nvidia1",'
         'modelName="NVIDIA A100-SXM4-40GB",Hostname="n",DCGM_FI_DRIVER_VERSION="580.105.08"} 87']
+    assert [line for line in text.splitlines() if line.startswith(SHARE + "{")] == [
+        f'{SHARE}{{gpu="0",UUID="GPU-a",pci_bus_id="00000000:3B:00.0",device="nvidia0",'
+        'modelName="NVIDIA A100-SXM4-40GB",Hostname="n",DCGM_FI_DRIVER_VERSION="580.105.08",container="main",'
+        'namespace="ml",pod="train-0"} 1']
 
 
-def test_a_shared_gpu_gets_a_series_per_container_with_its_replica_as_vgpu() -> None:
-    text = render([ORIN], {"tegra-t234-igpu0": [Holder("a", "ns", "c1", "0"), Holder("b", "ns", "c2", "3")]}, "n")
-    assert [line.split("R39.2.0\",", 1)[1] for line in text.splitlines() if not line.startswith("#")] == [
-        'container="c1",namespace="ns",pod="a",vgpu="0"} 12.7', 'container="c2",namespace="ns",pod="b",vgpu="3"} 12.7']
+def test_a_shared_gpu_keeps_one_plain_series_and_each_replica_holder_gets_a_share() -> None:
+    held = {"tegra-t234-igpu0": [Holder("a", "ns", "c1", "0"), Holder("b", "ns", "c2", "3")]}
+    lines = [line for line in render([ORIN], held, "n").splitlines() if not line.startswith("#")]
+    assert lines == [
+        'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="tegra-t234-igpu0",device="nvidia0",modelName="Orin (T234)",'
+        'Hostname="n",DCGM_FI_DRIVER_VERSION="R39.2.0"} 12.7',
+        f'{SHARE}{{gpu="0",UUID="tegra-t234-igpu0",device="nvidia0",modelName="Orin (T234)",Hostname="n",'
+        'DCGM_FI_DRIVER_VERSION="R39.2.0",container="c1",namespace="ns",pod="a",vgpu="0"} 0.5',
+        f'{SHARE}{{gpu="0",UUID="tegra-t234-igpu0",device="nvidia0",modelName="Orin (T234)",Hostname="n",'
+        'DCGM_FI_DRIVER_VERSION="R39.2.0",container="c2",namespace="ns",pod="b",vgpu="3"} 0.5']
 
 
-def test_xid_series_carry_the_code_as_err_code() -> None:
+def test_one_container_holding_replicas_of_a_gpu_owns_its_series_and_its_shares_add_to_one() -> None:
+    held = {"tegra-t234-igpu0": [Holder("a", "ns", "c1", "0"), Holder("a", "ns", "c1", "1")]}
+    lines = [line for line in render([ORIN], held, "n").splitlines() if not line.startswith("#")]
+    assert lines[0].endswith('container="c1",namespace="ns",pod="a"} 12.7')  # no vgpu: it holds two
+    assert [line.rsplit(",", 1)[1] for line in lines[1:]] == ['vgpu="0"} 0.5', 'vgpu="1"} 0.5']
+
+
+def test_xid_series_carry_the_code_as_err_code_and_its_meaning_as_err_msg() -> None:
     sample = A100._replace(values={fields.XID_ERRORS: 79})
-    assert render([sample], {}, "n").splitlines()[2].endswith(',err_code="79"} 79')
+    assert render([sample], {}, "n").splitlines()[2].endswith(
+        ',err_code="79",err_msg="GPU has fallen off the bus"} 79')
+    assert xids.meaning(48) == "Double Bit ECC Error" and xids.meaning(13) == "Graphics Engine Exception"
+    assert xids.meaning(0) == "No Error" and xids.meaning(10_000) == "Unknown Error"
+
+
+def test_the_xid_catalogue_has_every_number_once_and_a_bad_line_is_named() -> None:
+    assert sorted(xids.MEANINGS) == list(range(173))
+    with pytest.raises(ValueError, match=r"Xid line 2 is not 'NUMBER meaning' .*'x13 Graphics'"):
+        xids.parse("8 GPU stopped processing\nx13 Graphics\n")
 
 
 def test_values_and_label_values_are_written_as_prometheus_reads_them() -> None:
@@ -86,8 +117,11 @@ def test_the_field_table_is_dcgm_exporters_default_set_with_its_types() -> None:
     assert len(by_name) == len(fields.FIELDS)
     counters = {f.name for f in fields.FIELDS if f.kind == "counter"}
     assert counters == {fields.TOTAL_ENERGY_CONSUMPTION, fields.PCIE_REPLAY_COUNTER,
-                        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", fields.UNCORRECTABLE_REMAPPED_ROWS,
-                        fields.CORRECTABLE_REMAPPED_ROWS}
+                        fields.UNCORRECTABLE_REMAPPED_ROWS, fields.CORRECTABLE_REMAPPED_ROWS}
+    # DCGM publishes field 449 as a rate (MiB/s); dcgm-exporter's list calls it a counter
+    assert by_name[fields.NVLINK_BANDWIDTH_TOTAL].kind == "gauge"
+    # only a vGPU guest has a licence: dropped (docs/telemetry.md says why)
+    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS" not in by_name
     assert by_name[fields.DRIVER_VERSION].kind == "label" and fields.DRIVER_VERSION not in {
         f.name for f in fields.METRICS}
     constants = {value for name, value in vars(fields).items() if name.isupper() and isinstance(value, str)

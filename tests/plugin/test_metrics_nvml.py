@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from fake_nvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml, make_gpus
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.metrics import fields
+from gpu_device_plugin.metrics import nvml as nvml_module
+from gpu_device_plugin.metrics import tegra as tegra_module
 from gpu_device_plugin.metrics.nvml import NvmlCollector
 
 
@@ -109,3 +113,78 @@ def test_no_nvml_means_no_samples_and_one_warning(caplog: pytest.LogCaptureFixtu
     nvml.init_error = None  # the driver came back: the next scrape reads
     assert len(collector.collect()) == 2
     collector.close()
+
+
+def hopper_with_nvlink() -> FakeNvml:
+    [gpu] = make_gpus(1, name="NVIDIA H100 80GB HBM3", memory_mib=81559, compute_capability=(9, 0))
+    gpu.gpm_rates = {1: 63.0, 5: 20.0, 10: 35.5, 20: 120.0, 21: 80.0}  # GPM: percent, MiB/s
+    gpu.nvlink_kib_per_s = (3000.0, 1000.0)  # TX, RX
+    return FakeNvml([gpu], driver_version="580.126.20")
+
+
+def test_hopper_profiling_fields_come_from_gpm_over_the_time_between_scrapes() -> None:
+    nvml = hopper_with_nvlink()
+    collector = NvmlCollector(NvmlBackend(nvml_module=nvml).discover(), nvml)
+    profiling = (fields.GR_ENGINE_ACTIVE, fields.PIPE_TENSOR_ACTIVE, fields.DRAM_ACTIVE, fields.PCIE_TX_BYTES,
+                 fields.PCIE_RX_BYTES, fields.NVLINK_BANDWIDTH_TOTAL)
+    [first] = collector.collect()
+    assert not set(profiling) & set(first.values)  # one sample opens the interval: nothing measured yet
+    nvml.advance(15)
+    [second] = collector.collect()
+    assert {name: second.values[name] for name in profiling} == {
+        fields.GR_ENGINE_ACTIVE: 0.63, fields.PIPE_TENSOR_ACTIVE: 0.2, fields.DRAM_ACTIVE: 0.355,  # ratios, as DCGM
+        fields.PCIE_TX_BYTES: 120 * 1024 * 1024, fields.PCIE_RX_BYTES: 80 * 1024 * 1024,  # B/s
+        fields.NVLINK_BANDWIDTH_TOTAL: round(4000 / 1024, 3),  # MiB/s, both ways, all links
+    }
+    # 10 s idle then 10 s busy: the next scrape gives the mean over both, not the last instant
+    nvml.gpus[0].gpm_rates = dict.fromkeys(nvml.gpus[0].gpm_rates, 0.0)
+    nvml.gpus[0].nvlink_kib_per_s = (0.0, 0.0)
+    nvml.advance(10)
+    nvml.gpus[0].gpm_rates = {1: 100.0, 5: 50.0, 10: 80.0, 20: 10.0, 21: 10.0}
+    nvml.gpus[0].nvlink_kib_per_s = (2048.0, 2048.0)
+    nvml.advance(10)
+    [third] = collector.collect()
+    assert third.values[fields.GR_ENGINE_ACTIVE] == 0.5 and third.values[fields.PIPE_TENSOR_ACTIVE] == 0.25
+    assert third.values[fields.NVLINK_BANDWIDTH_TOTAL] == 2.0
+    samples = list(nvml.gpm_samples)
+    collector.close()
+    assert len(samples) == 2 and all(sample.freed for sample in samples)  # two reused, freed at close
+
+
+def test_gpus_before_hopper_and_without_nvlink_have_no_profiling_or_nvlink_series() -> None:
+    nvml = two_gpus()  # an A100 and a T4: no GPM, no NVLink here
+    collector = NvmlCollector(NvmlBackend(nvml_module=nvml).discover(), nvml)
+    for _ in range(3):
+        for sample in collector.collect():
+            assert not {name for name in sample.values if name.startswith("DCGM_FI_PROF_")}
+            assert fields.NVLINK_BANDWIDTH_TOTAL not in sample.values
+        nvml.advance(15)
+    assert nvml.gpm_samples == []  # GPM was asked whether it exists, nothing allocated
+    collector.close()
+
+
+def test_the_collectors_use_nvidia_ml_pys_own_names_and_values() -> None:
+    """Every NVML name the collectors call or read exists in nvidia-ml-py, with the fake's value."""
+    pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is installed in the wrynose test venv only")
+    import fake_nvml
+    from gpu_device_plugin.metrics import nvml_rates
+
+    sources = [Path(module.__file__).read_text() for module in (nvml_module, nvml_rates, tegra_module)]
+    names = set()
+    for source in sources:
+        names |= set(re.findall(r"\bnvml\.((?:nvml|NVML|c_nvml)\w+)", source))
+        names |= set(re.findall(r"[\"'](NVML_[A-Z0-9_]+|nvml[A-Z]\w+)[\"']", source))
+    assert {"nvmlGpmMetricsGet", "nvmlGpmSampleGet", "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+            "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "nvmlDeviceGetUtilizationRates"} <= names
+    missing = sorted(name for name in names if not hasattr(pynvml, name))
+    assert not missing, f"not in nvidia-ml-py {getattr(pynvml, '__version__', '')}: {missing}"
+    for name in names:
+        if name.startswith("NVML_") and hasattr(fake_nvml, name):
+            assert getattr(fake_nvml, name) == getattr(pynvml, name), name
+    for name in dir(fake_nvml.FakeNvml):  # the fake offers nothing nvidia-ml-py does not
+        if name.startswith(("nvml", "NVML", "c_nvml")):
+            assert hasattr(pynvml, name), name
+    for _, name, number, _ in nvml_rates.GPM_METRICS:
+        assert getattr(pynvml, name) == number, name
+    for name, number in nvml_rates.NVLINK_FIELDS:
+        assert getattr(pynvml, name) == number, name

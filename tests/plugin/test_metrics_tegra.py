@@ -6,20 +6,24 @@ where each path comes from); the values asserted here are the ones written there
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
 import pytest
+from fake_nvml import FakeGpu, FakeNvml
 from gpu_device_plugin.discovery.tegra import TegraBackend
 from gpu_device_plugin.metrics import fields
 from gpu_device_plugin.metrics.tegra import Rail, TegraCollector, find_sources, memory_mib, read_values
 from gpu_device_plugin.model import Gpu
 from telemetry_trees import NANO, ORIN, THOR, jetson_gpu
 
+NO_NVML = FakeNvml(library_missing=True)  # a Jetson image without pynvml or libnvidia-ml
 
-def collect(root: Path, xid: int | None = None) -> tuple[Gpu, dict[str, float]]:
+
+def collect(root: Path, xid: int | None = None, nvml: FakeNvml = NO_NVML) -> tuple[Gpu, dict[str, float]]:
     gpu = jetson_gpu(root)
-    [sample] = TegraCollector([gpu], str(root), xids=lambda gpu_id: xid).collect()
+    [sample] = TegraCollector([gpu], str(root), xids=lambda gpu_id: xid, nvml_module=nvml).collect()
     assert sample.labels.uuid == gpu.id
     return gpu, dict(sample.values)
 
@@ -51,7 +55,7 @@ def test_orin_nano_r39_has_no_gpu_only_rail_so_power_is_absent() -> None:
     assert find_sources(str(ORIN)).rail is None  # VDD_IN, VDD_CPU_GPU_CV, VDD_SOC: none is the GPU's alone
 
 
-def test_thor_reads_the_gpc_devfreq_bwmgr_and_the_vdd_gpu_rail_and_has_no_load() -> None:
+def test_thor_reads_the_gpc_devfreq_bwmgr_and_the_vdd_gpu_rail_and_without_nvml_no_load() -> None:
     gpu, values = collect(THOR)
     assert gpu.id == "tegra-t264-igpu0"
     assert values == {
@@ -62,7 +66,34 @@ def test_thor_reads_the_gpc_devfreq_bwmgr_and_the_vdd_gpu_rail_and_has_no_load()
         fields.FB_USED: (128791552 - 124482560) // 1024,
         fields.FB_FREE: 124482560 // 1024,
     }
-    assert fields.GPU_UTIL not in values  # no nvgpu load file on Thor's driver: absent, not 0
+    assert fields.GPU_UTIL not in values  # no nvgpu load file on Thor's driver, no NVML: absent, not 0
+
+
+def test_thor_gpu_utilization_comes_from_nvml_as_its_open_driver_answers_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    gpu = jetson_gpu(THOR)
+    assert gpu.properties["gpu_driver"] == "openrm-l4t"
+    nvml = FakeNvml([FakeGpu(uuid=gpu.properties["uuid"], name="NVIDIA Thor", pci_bus_id="00000000:01:00.0",
+                             gpu_util=37)])
+    collector = TegraCollector([gpu], str(THOR), nvml_module=nvml)
+    assert collector.collect()[0].values[fields.GPU_UTIL] == 37
+    nvml.gpus[0].gpu_util = 81
+    assert collector.collect()[0].values[fields.GPU_UTIL] == 81  # read again each scrape, one session
+    assert nvml.init_calls == 1
+    nvml.gpus[0].gpu_util = None  # a driver that does not support it: absent, the rest stay
+    values = collector.collect()[0].values
+    assert fields.GPU_UTIL not in values and values[fields.SM_CLOCK] == 1575
+    collector.close()
+    assert nvml.shutdown_calls == 1
+    # the Orin's nvgpu has its load file: NVML is never asked there
+    orin = FakeNvml(init_error=999)
+    assert TegraCollector([jetson_gpu(ORIN)], str(ORIN), nvml_module=orin).collect()[0].values[fields.GPU_UTIL] == 12.7
+    assert orin.init_calls == 0
+    with caplog.at_level(logging.WARNING):
+        lacking = TegraCollector([gpu], str(THOR), nvml_module=FakeNvml(library_missing=True))
+        assert fields.GPU_UTIL not in lacking.collect()[0].values
+        assert fields.GPU_UTIL not in lacking.collect()[0].values
+    assert sum("no GPU utilization for Thor's GPU" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_labels_are_dcgm_exporters_with_the_l4t_release_as_driver_version() -> None:
@@ -81,7 +112,7 @@ def test_xid_comes_from_the_health_monitor_and_is_absent_when_nothing_watches() 
 def test_a_sensor_that_cannot_be_read_now_is_left_out_the_others_stay(tmp_path: Path) -> None:
     root = tmp_path / "thor"
     shutil.copytree(THOR, root, symlinks=True)
-    collector = TegraCollector([jetson_gpu(THOR)], str(root))
+    collector = TegraCollector([jetson_gpu(THOR)], str(root), nvml_module=NO_NVML)
     assert fields.GPU_TEMP in collector.collect()[0].values
     # Thor's gpu-thermal answers an error while the GPU is power-gated: here, the file is gone
     (root / "sys/devices/virtual/thermal/thermal_zone1/temp").unlink()
@@ -124,7 +155,7 @@ def test_a_tree_without_any_telemetry_file_gives_only_what_it_has(tmp_path: Path
     assert read_values(find_sources(str(tmp_path))) == {}
 
 
-@pytest.mark.parametrize("root", [NANO, ORIN])
+@pytest.mark.parametrize("root", [NANO, ORIN, THOR])
 def test_the_plugins_own_discovery_finds_the_same_gpu_on_the_trees(root: Path) -> None:
     [gpu] = TegraBackend(str(root)).discover()
     assert gpu.backend == "tegra" and gpu.properties["l4t"].startswith(("R32", "R39"))

@@ -38,7 +38,7 @@ MAY_IMPORT: Mapping[str, frozenset[str]] = {
     # the thin servicer: protobuf to the core and back
     "service": frozenset({"model", "api", "core", "config.settings", "cdi", "host", "observability.logs"}),
     # telemetry: collectors per source, the kubelet's PodResources through our own client
-    "metrics": frozenset({"model", "api", "config.settings", "core.policy", "discovery"}),
+    "metrics": frozenset({"model", "api", "config.settings", "core.policy", "discovery", "observability.node"}),
     "doctor": frozenset({"model", "config", "core", "discovery", "health", "cdi"}),
     # the kubelet session drives the service, the core, CDI, reload and what systemd sees
     "session": frozenset({"__init__", "model", "api", "config.settings", "config.reload_policy", "core", "cdi",

@@ -17,6 +17,7 @@ from gpu_device_plugin.observability.endpoint import (
     render_metrics,
     route,
 )
+from gpu_device_plugin.observability.node import node_name
 from helpers import run_simulated, short_tempdir, wait_until
 from kubelet_double import KubeletDouble
 
@@ -46,6 +47,15 @@ def test_metrics_expose_devices_by_health_and_counters() -> None:
     assert "gpu_device_plugin_allocations_total 3" in text
     assert "gpu_device_plugin_kubelet_restarts_total 2" in text
     assert "# TYPE gpu_device_plugin_registrations_total counter" in text
+
+
+def test_every_plugin_series_carries_the_nodes_hostname_as_the_gpu_series_do() -> None:
+    """So a dashboard's node filter (Hostname, dcgm-exporter's label) selects the plugin's health too."""
+    text = render_metrics(SERVING._replace(node='orin-"7"'))
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    assert samples and all('Hostname="orin-\\"7\\""' in line for line in samples), samples
+    assert 'gpu_device_plugin_devices{resource="nvidia.com/gpu",health="healthy",Hostname="orin-\\"7\\""} 2' in text
+    assert 'gpu_device_plugin_list_and_watch_streams{Hostname="orin-\\"7\\""} 1' in text
 
 
 class GpuMetrics:
@@ -142,8 +152,10 @@ def test_listener_reports_live_state_of_the_running_daemon() -> None:
             assert get(f"{base}/healthz") == (200, "ok\n")
             code, metrics = get(f"{base}/metrics")
             assert code == 200
-            assert 'gpu_device_plugin_devices{resource="nvidia.com/gpu",health="healthy"} 2' in metrics
-            assert "gpu_device_plugin_allocations_total 1" in metrics
+            node = node_name()
+            assert f'gpu_device_plugin_devices{{resource="nvidia.com/gpu",health="healthy",Hostname="{node}"}} 2' \
+                in metrics
+            assert f'gpu_device_plugin_allocations_total{{Hostname="{node}"}} 1' in metrics
             assert get(f"{base}/nope")[0] == 404
         assert runner.result == [0]
     finally:

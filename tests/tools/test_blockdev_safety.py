@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools import blockdev
+from tools.flash import blockdev
 
 GB = 1000**3
 IMAGE = 8 * GB

@@ -8,9 +8,11 @@ from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 import pytest
+from signing_keys import ec_key, write_pair
 
-from tools import build, hostcheck, process
-from tools import image_requirements as req
+from tools import process
+from tools.image import build, hostcheck
+from tools.image import requirements as req
 
 GIB = 1024**3
 
@@ -314,7 +316,7 @@ def test_an_ab_build_without_signing_keys_stops_before_kas_in_one_line(tmp_path:
 def test_the_signing_check_reads_every_kas_file_of_the_argument_not_only_the_first(tmp_path: Path) -> None:
     """--machine jetson-agx-orin is kas/jetson-orin-nano.yml:kas/include/machine-...yml; an
     A/B setting in any part counts (a machine override, a role include, a local.yml)."""
-    from tools import preflight
+    from tools.image import preflight
 
     (tmp_path / "top.yml").write_text("header:\n  version: 14\nmachine: m\n")
     (tmp_path / "ab.yml").write_text("header:\n  version: 14\nlocal_conf_header:\n  x: |\n"
@@ -326,11 +328,10 @@ def test_the_signing_check_reads_every_kas_file_of_the_argument_not_only_the_fir
 
 
 def test_keys_from_the_environment_or_site_conf_satisfy_the_check(tmp_path: Path) -> None:
-    from tools import preflight
+    from tools.image import preflight
 
-    private, public = tmp_path / "signing.key", tmp_path / "verify.pem"
-    private.write_text("-----BEGIN PRIVATE KEY-----\n")
-    public.write_text("-----BEGIN PUBLIC KEY-----\n")
+    pair = write_pair(tmp_path, ec_key())  # made here: the check reads them
+    private, public = pair.private, pair.public
     kas = build.REPO_ROOT / "kas/x86-64.yml"
     site = tmp_path / "site.conf"
     assert preflight.signing_problem(kas, "gpu-k8s-image", {}, site)
@@ -379,7 +380,7 @@ def test_each_role_has_its_kas_include_and_work_dir_and_the_default_role_keeps_t
 
 
 def test_default_roles_are_the_layers_own(tmp_path: Path) -> None:
-    """tools/build.py's table says what gpu_k8s_role.bbclass decides, SoC by SoC."""
+    """tools/image/build.py's table says what gpu_k8s_role.bbclass decides, SoC by SoC."""
     import re
 
     text = (build.REPO_ROOT / "meta-gpu-k8s/classes/gpu_k8s_role.bbclass").read_text()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tools import build, check_image
-from tools import image_closure as ic
+from tools.image import build, check_image
+from tools.image import closure as ic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +52,7 @@ def test_probe_runs_inside_kas_shell_with_the_build_dirs_of_the_machine(tmp_path
     command = check_image.probe_command(options, "gpu-k8s-image", tmp_path / "out.json", environ={})
     assert command.argv[1:3] == ["shell", "kas/jetson-nano.yml"]
     inner = shlex.split(command.argv[command.argv.index("-c") + 1])
-    assert inner[:2] == ["python3", str(REPO_ROOT / "tools" / "bitbake_probe.py")]
+    assert inner[:2] == ["python3", str(REPO_ROOT / "tools" / "image" / "bitbake_probe.py")]
     assert inner[inner.index("--image") + 1] == "gpu-k8s-image"
     assert command.env["KAS_WORK_DIR"] == str(REPO_ROOT / "build" / "jetson-nano")
 
@@ -225,3 +226,12 @@ def test_the_role_picks_the_kas_include_the_work_dir_and_the_k3s_unit_asked_for(
 
     assert missing("agent") - missing(None) == {"k3s-agent"}, "an image asked for as an agent must carry its unit"
     assert missing("server") == missing(None)
+
+
+def test_the_probe_finds_the_closure_module_beside_it(tmp_path: Path) -> None:
+    # Inside `kas shell` the probe loads image/closure.py by its path, not as tools.image.closure:
+    # a rename that missed it would stop check-image only after kas had set up the layers.
+    completed = subprocess.run([sys.executable, str(check_image.PROBE), "--help"], cwd=tmp_path,
+                               env={"PATH": os.defpath}, capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert "--image IMAGE" in completed.stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from disk_images import ext4, read_back
 
-from tools import flash, flash_orin, provision
+from tools.flash import flash, orin, provision
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("debugfs") and shutil.which("mkfs.ext4") and shutil.which("zstd")),
@@ -47,13 +47,16 @@ STOCK_NVME_LAYOUT = MENDER_NVME_LAYOUT.replace("<filename> DATAFILE </filename>"
     "permanent_user_storage", "reserved")
 QSPI_LAYOUT = '<partition_layout version="01.00.0000"><device type="spi" instance="0"></device></partition_layout>'
 
-# Each script copies the data image it would write (DATAFILE of .env.initrd-flash) aside.
+# Each script copies the data image it would write (DATAFILE of .env.initrd-flash) aside; initrd-flash
+# then logs the board's report as meta-tegra's does on the Orin (log.initrd-flash.<date>).
 CAPTURE = """
 import shutil
 values = dict(line.split('=', 1) for line in open('.env.initrd-flash').read().splitlines() if '=' in line)
 name = values['DATAFILE'].strip('"')
 if name:
     shutil.copyfile(name, env['CAPTURE_DATA_IMAGE'])
+if os.path.basename(sys.argv[0]) == 'initrd-flash':
+    open('log.initrd-flash.2026-11-26-17.30.00', 'w').write('Final status: SUCCESS\\n')
 """
 
 
@@ -70,7 +73,7 @@ def orin_package(tmp_path: Path, stand_ins, layout: str = MENDER_NVME_LAYOUT, da
         (content / name).chmod(0o755)
         script.unlink()
     (content / ".env.initrd-flash").write_text(
-        f'FLASH_HELPER=tegra-flash-helper.sh\nMACHINE="{NVME}"\nLNXFILE="boot.img"\n'
+        f'FLASH_HELPER=tegra-flash-helper.sh\nCHIPID="0x23"\nMACHINE="{NVME}"\nLNXFILE="boot.img"\n'
         f'ROOTFS_IMAGE="gpu-k8s-image.ext4"\nDATAFILE="{datafile}"\nEXTERNAL_ROOTFS_DRIVE=1\n')
     (content / "flash.xml.in").write_text(QSPI_LAYOUT)
     (content / "external-flash.xml.in").write_text(layout)
@@ -114,7 +117,7 @@ def agent(token: Path, **changes) -> provision.Provisioning:
 
 def run(host_tree, provisioning: provision.Provisioning, **changes) -> list[str]:
     options = flash.FlashOptions(root=host_tree.root, provisioning=provisioning, **changes)
-    return flash_orin.run_orin_flash(options, "jetson-orin-nano", interactive=False)
+    return orin.run_orin_flash(options, "jetson-orin-nano", interactive=False)
 
 
 def test_an_orin_agent_flashed_over_usb_carries_its_join_on_the_data_partition(
@@ -195,7 +198,7 @@ def test_the_role_picks_its_build_and_must_match_the_image(orin_host, stand_ins,
 
 @pytest.mark.parametrize(("changes", "says"), [
     ({"method": "spi-only"}, "--method spi-only writes the boot firmware only"),
-    ({"method": "sdcard"}, "keeps its rootfs on NVMe"),
+    ({"method": "sdcard"}, "keeps its rootfs on its NVMe drive"),
 ])
 def test_methods_that_write_no_data_partition_take_no_provisioning(
         orin_host, stand_ins, tmp_path, token, changes: dict, says: str) -> None:

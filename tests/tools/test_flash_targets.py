@@ -1,5 +1,5 @@
 """`./task flash --machine NAME [--role R]` finds what `./task build --machine NAME [--role R]`
-made, for every machine and role (the directories come from tools/build.py itself), and writes
+made, for every machine and role (the directories come from tools/image/build.py itself), and writes
 an x86-64 node's A/B disk image like an SD card: the disk checks, then the provisioning onto
 its data partition."""
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from disk_images import DATA_AT, HAVE_E2FSPROGS, gpt_disk, read_back
 
-from tools import build, flash, flash_targets, provision
+from tools.flash import flash, provision, targets
+from tools.image import build
 
 PACKAGE_TYPE = {"nano": "tegraflash.tar.gz", "orin": "tegraflash-tar.zst", "thor": "tegraflash-tar.zst",
                 "disk": "uefiimg"}
@@ -36,10 +37,10 @@ def made_by_build(machine: str, role: str | None, suffix: str, rootfs: bool = Fa
     return directory / name
 
 
-@pytest.mark.parametrize("machine", flash_targets.flashable_machines())
+@pytest.mark.parametrize("machine", targets.flashable_machines())
 @pytest.mark.parametrize("role", build.ROLES)
 def test_flash_finds_what_build_made_for_every_machine_and_role(build_root: Path, machine: str, role: str) -> None:
-    suffix = PACKAGE_TYPE[flash_targets.kind(machine)]
+    suffix = PACKAGE_TYPE[targets.kind(machine)]
     made = made_by_build(machine, role, suffix)
     asked = flash.FlashOptions(provisioning=provision.Provisioning(role=role))
     assert flash.find_built(machine, asked, suffix, "image", "--package PATH") == made
@@ -83,7 +84,7 @@ def test_an_x86_agent_disk_is_found_written_and_provisioned(build_root: Path, tm
     token = tmp_path / "node-token"
     token.write_text("K10x86::server:1\n")
     provisioning = provision.Provisioning(server_url="https://k3s-server.lan:6443", token_file=token, role="agent")
-    lines = flash_targets.run_disk_flash(
+    lines = targets.run_disk_flash(
         flash.FlashOptions(device="/dev/sdb", yes=True, root=host_tree.root, provisioning=provisioning),
         "x86-64", euid=0, interactive=False)
     (call,) = stand_ins.calls("bmaptool")
@@ -102,6 +103,6 @@ def test_an_x86_flash_that_cannot_go_anywhere_is_a_usage_error(build_root: Path,
                                                                changes: dict, says: str) -> None:
     stand_ins.add("bmaptool", COPY_IMAGE)
     with pytest.raises(flash.FlashUsageError, match=says):
-        flash_targets.run_disk_flash(flash.FlashOptions(root=host_tree.root, yes=True, **changes), "x86-64",
+        targets.run_disk_flash(flash.FlashOptions(root=host_tree.root, yes=True, **changes), "x86-64",
                                      euid=0, interactive=False)
     assert stand_ins.calls("bmaptool") == []

@@ -4,12 +4,17 @@ device file is unchanged."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tools import flash, flash_orin, usb
+from tools.flash import flash, orin, provision, targets, usb
+from tools.usage import exit_status
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 GB = 1000**3
 
@@ -299,7 +304,7 @@ def test_two_nanos_are_refused(host_tree) -> None:
         usb.select_recovery_board(usb.find_recovery_boards(host_tree.root), usb.NANO)
 
 
-ORIN_NANO = flash_orin.ORIN_TARGETS["jetson-orin-nano-devkit-nvme"].recovery
+ORIN_NANO = orin.ORIN_TARGETS["jetson-orin-nano-devkit-nvme"].recovery
 
 
 @pytest.mark.parametrize(
@@ -332,3 +337,117 @@ def test_the_one_board_of_the_target_is_chosen_among_other_modules(host_tree) ->
 def test_sudo_only_when_not_root() -> None:
     assert flash.privileged(["./doflash.sh"], euid=0) == ["./doflash.sh"]
     assert flash.privileged(["./doflash.sh"], euid=1000) == ["sudo", "./doflash.sh"]
+
+
+# --- refusals a first hour meets: host tools, dry runs that would stop, options that clash -----
+
+def only_stand_ins_on_path(stand_ins, monkeypatch) -> None:
+    """A host without bmaptool, debugfs and the rest: only the test's stand-ins are on PATH."""
+    monkeypatch.setenv("PATH", str(stand_ins.bin_dir))
+
+
+def test_an_sd_write_without_bmaptool_is_refused_naming_its_package(host_tree, sd_image, stand_ins,
+                                                                    monkeypatch) -> None:
+    only_stand_ins_on_path(stand_ins, monkeypatch)
+    with pytest.raises(flash.FlashError, match=rf"^writing {sd_image.name} to /dev/sdb needs bmaptool \(apt-get "
+                       r"install bmap-tools\)$"):
+        flash.run_flash(write_options(host_tree, sd_image, "/dev/sdb", yes=True), euid=0, interactive=False)
+    assert device_content(host_tree, "sdb").startswith(b"ORIGINAL")
+
+
+def test_the_nano_sdcard_method_without_bmaptool_stops_before_dosdcard_runs(host_tree, tegraflash_build, stand_ins,
+                                                                           monkeypatch) -> None:
+    only_stand_ins_on_path(stand_ins, monkeypatch)
+    options = flash.FlashOptions(method="sdcard", build_dir=tegraflash_build, device="/dev/sdb", yes=True,
+                                 root=host_tree.root)
+    with pytest.raises(flash.FlashError, match=r"needs bmaptool \(apt-get install bmap-tools\)"):
+        flash.run_flash(options, euid=0, interactive=False)
+    assert stand_ins.calls("dosdcard.sh") == [] and device_content(host_tree, "sdb").startswith(b"ORIGINAL")
+
+
+def test_a_dry_run_without_bmaptool_warns_shows_the_rest_and_exits_1(host_tree, sd_image, stand_ins, monkeypatch,
+                                                                    capsys) -> None:
+    only_stand_ins_on_path(stand_ins, monkeypatch)
+    options = write_options(host_tree, sd_image, "/dev/sdb", yes=True, dry_run=True)
+    with pytest.raises(flash.DryRunStopped, match=r"^dry run: a real flash would stop here: writing .* needs bmaptool "
+                       r"\(apt-get install bmap-tools\); fix that and run again$") as stopped:
+        targets.flash_machine("jetson-nano", options)
+    out = capsys.readouterr().out
+    assert "warning: writing " in out and "(a real run stops here; continuing: --dry-run)" in out
+    assert f"would run: bmaptool copy --nobmap {sd_image}" in out, "the dry run still shows the write"
+    assert stopped.value.lines == [f"would write {sd_image} to /dev/sdb"]
+    assert exit_status(stopped.value) == 1
+
+
+def test_a_dry_run_that_a_real_run_would_get_through_exits_0(host_tree, tegraflash_build, stand_ins) -> None:
+    host_tree.add_usb_device("1-2", "0955", "7f21")
+    options = flash.FlashOptions(build_dir=tegraflash_build, dry_run=True, root=host_tree.root)
+    assert targets.flash_machine("jetson-nano", options) == ["would flash (full) the Nano at USB port 1-2"]
+    assert options.stops == []
+
+
+def test_flash_dry_run_exits_1_where_a_real_run_would_stop(host_tree, tegraflash_build, tmp_path) -> None:
+    # no Nano in recovery mode: the real run stops there; the dry run shows everything, then exits 1
+    completed = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tools/program.py"), "--search-root", str(REPO_ROOT), "flash", "--dry-run",
+         "--build-dir", str(tegraflash_build)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+        env={**os.environ, "GPU_K8S_HOST_ROOT": str(host_tree.root), "GPU_K8S_BUILD_ROOT": str(tmp_path / "b")})
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    assert "./doflash.sh" in completed.stdout and "flash summary (dry run)" in completed.stdout
+    assert completed.stderr.startswith("error: dry run: a real flash would stop here: no Jetson Nano in recovery "
+                                       "mode found on USB")
+    assert "Traceback" not in completed.stdout + completed.stderr
+
+
+def test_method_and_sd_image_together_are_a_usage_error(host_tree, sd_image, stand_ins) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    for machine, method in (("jetson-nano", "sdcard"), ("jetson-orin-nano-sd", "full"), ("x86-64", "disk")):
+        options = write_options(host_tree, sd_image, "/dev/sdb", yes=True, method=method)
+        with pytest.raises(flash.FlashUsageError, match=rf"^--method {method} and --sd-image exclude each other: "
+                           r"--sd-image writes the image file as it is, with bmaptool; leave --method out"):
+            targets.flash_machine(machine, options)
+    assert stand_ins.calls("bmaptool") == [] and device_content(host_tree, "sdb").startswith(b"ORIGINAL")
+
+
+def test_provisioning_without_debugfs_is_refused_before_anything_is_written(host_tree, sd_image, stand_ins,
+                                                                           monkeypatch, tmp_path) -> None:
+    stand_ins.add("bmaptool", BMAPTOOL)
+    only_stand_ins_on_path(stand_ins, monkeypatch)
+    token = tmp_path / "node-token"
+    token.write_text("K10::server:abc\n")
+    provisioning = provision.Provisioning(server_url="https://k3s.lan:6443", token_file=token)
+    with pytest.raises(flash.FlashError, match=r"^writing the provisioning onto the data partition needs debugfs "
+                       r"\(apt-get install e2fsprogs\)$"):
+        flash.run_flash(write_options(host_tree, sd_image, "/dev/sdb", yes=True, provisioning=provisioning), euid=0,
+                        interactive=False)
+    assert stand_ins.calls("bmaptool") == [], "the card is not written only to fail provisioning afterwards"
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    ("zstd", r"is a zstd tar \(the Orin's and Thor's .tegraflash-tar.zst\), not a gzip tar \(the Jetson Nano's "
+             r".tegraflash.tar.gz\): pass the .tegraflash.tar.gz that ./task build --machine jetson-nano made"),
+    ("junk", r"is not a tar archive of any kind this flash reads, not a gzip tar"),
+])
+def test_a_nano_package_of_another_format_is_refused_before_it_is_unpacked(
+        host_tree, tegraflash_build, stand_ins, tmp_path, content, says) -> None:
+    host_tree.add_usb_device("1-2", "0955", "7f21")
+    wrong = tmp_path / "wrong.tegraflash.tar.gz"
+    if content == "zstd":
+        subprocess.run(["tar", "--zstd", "-cf", str(wrong), "-C", str(tmp_path / "tegraflash"), "."], check=True)
+    else:
+        wrong.write_bytes(b"\0" * 1024)
+    with pytest.raises(flash.FlashError, match=says):
+        flash.run_flash(flash.FlashOptions(package=wrong, root=host_tree.root), euid=0, interactive=False)
+    assert stand_ins.calls("doflash.sh") == []
+
+
+def test_a_damaged_package_is_an_error_not_a_traceback(host_tree, tegraflash_build, stand_ins, tmp_path) -> None:
+    host_tree.add_usb_device("1-2", "0955", "7f21")
+    (package,) = tegraflash_build.glob("tmp/deploy/images/*/*.tegraflash.tar.gz")
+    cut = tmp_path / "cut.tegraflash.tar.gz"
+    cut.write_bytes(package.read_bytes()[:60])  # gzip's header, then nothing
+    with pytest.raises(flash.FlashError, match=r"^tar could not unpack .*cut.tegraflash.tar.gz \(exit code \d+, its "
+                       r"message above\): a damaged or incomplete package"):
+        flash.run_flash(flash.FlashOptions(package=cut, root=host_tree.root), euid=0, interactive=False)
+    assert stand_ins.calls("doflash.sh") == []

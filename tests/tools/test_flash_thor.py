@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from disk_images import HAVE_E2FSPROGS, ext4, read_back
 
-from tools import flash, flash_targets, flash_thor, provision, usb
+from tools.flash import flash, initrd_flash, provision, targets, thor, usb
 
 DEVKIT = "jetson-agx-thor-devkit"
 T4000 = "jetson-agx-thor-t4000"
@@ -121,18 +121,21 @@ def device_contents(host_tree) -> dict[str, bytes]:
 def test_full_flash_runs_initrd_flash_on_the_port_of_the_thor_devkit_found(host_tree, devkit_build, stand_ins):
     host_tree.add_usb_device("1-4", "0955", "7523")  # an Orin Nano on another port is not flashed
     host_tree.add_usb_device("1-2", "0955", "7026", serial="1425124000321")
-    lines = flash_thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
+    lines = thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
     (call,) = stand_ins.calls("initrd-flash")
     assert call["argv"] == ["--usb-instance", "1-2"]
     assert "gpu-k8s-flash-" in call["cwd"] and not Path(call["cwd"]).exists()  # unpacked, then cleaned up
     assert lines[0] == "flashed (full) the Jetson AGX Thor T5000 (P3834-0008, the devkit's) at USB port 1-2"
-    assert lines[1].startswith("power-cycle the Thor (or press Reset) now")
+    assert lines[1].startswith('NVIDIA\'s unified flash reported "Flashing finished Successfully!!"; initrd-flash\'s '
+                               "logs are kept in ")
+    assert "Flashing finished Successfully" in kept_log(lines[1])
+    assert lines[2].startswith("power-cycle the Thor (or press Reset) now")
 
 
 def test_the_t4000_is_found_by_its_own_id(tmp_path, host_tree, host_tools) -> None:
     build_dir = thor_build(tmp_path, host_tools, T4000)
     host_tree.add_usb_device("2-1", "0955", "7226")
-    lines = flash_thor.run_thor_flash(options(build_dir, host_tree), "jetson-agx-thor-t4000")
+    lines = thor.run_thor_flash(options(build_dir, host_tree), "jetson-agx-thor-t4000")
     assert host_tools.calls("initrd-flash")[0]["argv"] == ["--usb-instance", "2-1"]
     assert "Jetson AGX Thor T4000 (P3834-0000)" in lines[0]
 
@@ -140,7 +143,7 @@ def test_the_t4000_is_found_by_its_own_id(tmp_path, host_tree, host_tools) -> No
 @pytest.mark.parametrize(("method", "flag"), [("spi-only", "--qspi-only"), ("external-only", "--external-only")])
 def test_partial_flashes_pass_initrd_flashs_own_flags(host_tree, devkit_build, stand_ins, method, flag) -> None:
     host_tree.add_usb_device("3-1", "0955", "7026")
-    flash_thor.run_thor_flash(options(devkit_build, host_tree, method=method), "jetson-agx-thor")
+    thor.run_thor_flash(options(devkit_build, host_tree, method=method), "jetson-agx-thor")
     assert stand_ins.calls("initrd-flash")[0]["argv"] == [flag, "--usb-instance", "3-1"]
 
 
@@ -167,19 +170,20 @@ def test_a_failed_unified_flash_fails_although_initrd_flash_exits_0_and_its_log_
     monkeypatch.setenv("UNIFIED_FLASH", "failed")
     with pytest.raises(flash.FlashError, match=r"^initrd-flash exited 0, but NVIDIA's unified flash reports a failure"
                        r".*the board is not flashed; put it back in recovery mode") as failed:
-        flash_thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
+        thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
     assert "Flashing finished Unsuccessfully" in kept_log(str(failed.value))
     assert len(stand_ins.calls("initrd-flash")) == 1
 
 
-def test_a_log_without_the_unified_flashs_result_is_not_called_a_flash(
+def test_a_log_without_the_unified_flashs_result_is_an_error(
         host_tree, devkit_build, stand_ins, kept_logs, monkeypatch) -> None:
     host_tree.add_usb_device("1-2", "0955", "7026")
     monkeypatch.setenv("UNIFIED_FLASH", "none")
-    lines = flash_thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
-    assert not lines[0].startswith("flashed")
-    assert "no result line of NVIDIA's unified flash" in lines[0] and "not confirmed" in lines[0]
-    assert "Running unified flash" in kept_log(lines[0])
+    with pytest.raises(flash.FlashError, match=r"^initrd-flash exited 0, but its log has no result line from NVIDIA's "
+                       r"unified flash \(\"Flashing finished Successfully!!\"\), so the Thor is not known to be "
+                       r"flashed \(its logs are kept in ") as unknown:
+        thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
+    assert "Running unified flash" in kept_log(str(unknown.value))
 
 
 def test_an_initrd_flash_that_exits_non_zero_keeps_its_log_past_the_temporary_package(
@@ -187,17 +191,19 @@ def test_an_initrd_flash_that_exits_non_zero_keeps_its_log_past_the_temporary_pa
     host_tree.add_usb_device("1-2", "0955", "7026")
     monkeypatch.setenv("INITRD_FLASH_EXIT", "3")
     with pytest.raises(flash.FlashError, match=r"^initrd-flash failed with exit code 3; its logs are kept in ") as no:
-        flash_thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
+        thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
     assert "Machine:       jetson-agx-thor-devkit" in kept_log(str(no.value))
     assert not Path(stand_ins.calls("initrd-flash")[0]["cwd"]).exists(), "the unpacked package itself is gone"
 
 
 def test_the_unified_flash_verdict_reads_nvidias_result_lines() -> None:
-    assert flash_thor.unified_flash_verdict("...\n\x1b[01;32mFlashing finished Successfully!!\x1b[0m\n") == "done"
-    assert flash_thor.unified_flash_verdict("Flashing finished Unsuccessfully!!\n") == "failed"
+    assert initrd_flash.thor_verdict("...\n\x1b[01;32mFlashing finished Successfully!!\x1b[0m\n") == (
+        initrd_flash.Verdict("done", "Flashing finished Successfully!!"))
+    assert initrd_flash.thor_verdict("Flashing finished Unsuccessfully!!\n").outcome == "failed"
     crashed = "Exception 5 raised in flash BSP\nFlashing finished Successfully"  # one die failed, another not
-    assert flash_thor.unified_flash_verdict(crashed) == "failed"
-    assert flash_thor.unified_flash_verdict("== Step 5: Running unified flash ==\nFinished at ...\n") is None
+    assert initrd_flash.thor_verdict(crashed) == initrd_flash.Verdict("failed", "Exception 5 raised in flash BSP")
+    assert initrd_flash.thor_verdict("== Step 5: Running unified flash ==\nFinished at ...\n").outcome is None
+    assert initrd_flash.thor_verdict("Final status: SUCCESS\n").outcome is None, "the Orin's line is not Thor's"
 
 
 @pytest.mark.parametrize(("machine", "product", "seen", "hint"), [
@@ -214,7 +220,7 @@ def test_a_board_of_another_module_is_refused_naming_the_right_machine_and_nothi
     host_tree.add_usb_device("1-2", "0955", product)
     before = device_contents(host_tree)
     with pytest.raises(flash.FlashError) as refused:
-        flash_thor.run_thor_flash(options(build_dir, host_tree), MACHINE_NAME[machine])
+        thor.run_thor_flash(options(build_dir, host_tree), MACHINE_NAME[machine])
     message = str(refused.value)
     assert message.startswith(f"no board for {machine} (0955:")
     assert seen in message and "this image is for another module" in message and hint in message
@@ -226,7 +232,7 @@ def test_two_thors_in_recovery_are_refused(host_tree, devkit_build, stand_ins) -
     host_tree.add_usb_device("1-2", "0955", "7026")
     host_tree.add_usb_device("2-2", "0955", "7026")
     with pytest.raises(flash.FlashError, match=r"^2 boards for jetson-agx-thor-devkit .*initrd-flash flashes one"):
-        flash_thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
+        thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
     assert stand_ins.calls("initrd-flash") == []
 
 
@@ -234,7 +240,7 @@ def test_no_thor_in_recovery_says_how_to_get_there(host_tree, devkit_build, stan
     host_tree.add_usb_device("1-5", "0955", "7020")  # a running Jetson, not in recovery mode
     with pytest.raises(flash.FlashError, match=r"no jetson-agx-thor-devkit \(0955:7026 .*\) in recovery mode found "
                        r"on USB; put the AGX Thor devkit in recovery mode: .*Force Recovery button"):
-        flash_thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
+        thor.run_thor_flash(options(devkit_build, host_tree), "jetson-agx-thor")
     assert stand_ins.calls("initrd-flash") == []
 
 
@@ -245,7 +251,7 @@ def test_every_thor_module_id_is_known_to_the_recovery_scan(host_tree) -> None:
     assert sorted(board.product_id for board in boards) == ["7026", "7226"]
     assert all(board.model and not board.orin_model and not board.is_nano for board in boards)
     # one module per machine, so a board can only ever match one Thor image
-    ids = [target.product_ids for target in flash_thor.THOR_TARGETS.values()]
+    ids = [target.product_ids for target in thor.THOR_TARGETS.values()]
     assert set().union(*ids) == set(usb.THOR_RECOVERY_MODELS) and sum(map(len, ids)) == 2
 
 
@@ -265,7 +271,7 @@ def test_every_way_to_write_a_host_drive_is_refused_before_anything_runs_or_chan
     host_tree.add_usb_device("1-2", "0955", "7026")
     before = device_contents(host_tree)
     with pytest.raises(flash.FlashUsageError, match=re.escape(complaint)):
-        flash_thor.run_thor_flash(options(devkit_build, host_tree, **changes), "jetson-agx-thor")
+        thor.run_thor_flash(options(devkit_build, host_tree, **changes), "jetson-agx-thor")
     assert stand_ins.calls("initrd-flash") == []
     assert device_contents(host_tree) == before, "no device file was touched"
 
@@ -276,7 +282,7 @@ def test_a_kept_sd_image_is_refused_without_touching_the_drive(tmp_path, host_tr
     stand_ins.add("bmaptool", "open(argv[-1], 'wb').write(b'WRITTEN BY bmaptool')\n")
     before = device_contents(host_tree)
     with pytest.raises(flash.FlashUsageError, match="--sd-image: .*flashed over USB only"):
-        flash_thor.run_thor_flash(options(devkit_build, host_tree, sd_image=image, device="/dev/sdb", yes=True),
+        thor.run_thor_flash(options(devkit_build, host_tree, sd_image=image, device="/dev/sdb", yes=True),
                                   "jetson-agx-thor")
     assert stand_ins.calls("bmaptool") == [] and device_contents(host_tree) == before
 
@@ -290,19 +296,52 @@ def test_missing_host_tools_are_named_with_their_packages_before_anything_runs(
     monkeypatch.setenv("PATH", str(stand_ins.bin_dir))  # no zstd, dtc, cpp, python3
     with pytest.raises(flash.FlashError, match=r"Thor flashing needs zstd \(apt-get install zstd\), dtc \(apt-get "
                        r"install device-tree-compiler\), cpp \(apt-get install cpp\), python3"):
-        flash_thor.run_thor_flash(options(build_dir, host_tree), "jetson-agx-thor")
+        thor.run_thor_flash(options(build_dir, host_tree), "jetson-agx-thor")
     assert stand_ins.calls("initrd-flash") == []
+
+
+@pytest.mark.parametrize(("package", "complaint"), [
+    ("nano", r"is a gzip tar \(the Jetson Nano's .tegraflash.tar.gz\), not a zstd tar \(the Orin's and Thor's "
+             r".tegraflash-tar.zst\): pass the .tegraflash-tar.zst that ./task build --machine jetson-agx-thor made"),
+    ("plain", r"is an uncompressed tar, not a zstd tar"),
+    ("junk", r"is not a tar archive of any kind this flash reads, not a zstd tar"),
+    ("orin", r"^this package was made for CHIPID 0x23 \(MACHINE jetson-orin-nano-devkit-nvme\), not 0x26 "
+             r"\(jetson-agx-thor-devkit\), says its .env.initrd-flash: flash it with --machine jetson-orin-nano, or "
+             r"pass the package ./task build --machine jetson-agx-thor made"),
+    ("t4000", r"^this package was made for MACHINE jetson-agx-thor-t4000, not jetson-agx-thor-devkit, says its "
+              r".env.initrd-flash: flash it with --machine jetson-agx-thor-t4000"),
+])
+def test_a_package_of_the_wrong_format_or_for_another_machine_is_refused_before_anything_is_flashed(
+        tmp_path, host_tree, devkit_build, host_tools, package, complaint) -> None:
+    host_tree.add_usb_device("1-2", "0955", "7026")
+    wrong = tmp_path / "given.tegraflash-tar.zst"
+    if package == "nano":
+        subprocess.run(["tar", "-czf", str(wrong), "-C", str(tmp_path / f"tegraflash-{DEVKIT}"), "."], check=True)
+    elif package == "plain":
+        subprocess.run(["tar", "-cf", str(wrong), "-C", str(tmp_path / f"tegraflash-{DEVKIT}"), "."], check=True)
+    elif package == "junk":
+        wrong.write_bytes(b"<html>404 Not Found</html>" * 20)
+    else:
+        content = tmp_path / f"tegraflash-{DEVKIT}"
+        env = content / ".env.initrd-flash"
+        made_for = {"orin": ('"0x23"', "jetson-orin-nano-devkit-nvme"), "t4000": ('"0x26"', T4000)}[package]
+        env.write_text(env.read_text().replace('"0x26"', made_for[0]).replace(f'"{DEVKIT}"', f'"{made_for[1]}"'))
+        subprocess.run(["tar", "--zstd", "-cf", str(wrong), "-C", str(content), "."], check=True)
+    for dry_run in (True, False):
+        with pytest.raises(flash.FlashError, match=complaint):
+            thor.run_thor_flash(options(devkit_build, host_tree, package=wrong, dry_run=dry_run), "jetson-agx-thor")
+    assert host_tools.calls("initrd-flash") == []
 
 
 def test_missing_package_says_how_to_build_it(host_tree, tmp_path, host_tools) -> None:
     with pytest.raises(flash.FlashError, match=r"tegraflash-tar.zst; build it first with "
                        r"`./task build --machine jetson-agx-thor-t4000` \(or pass --package PATH\)"):
-        flash_thor.run_thor_flash(options(tmp_path / "empty", host_tree), "jetson-agx-thor-t4000")
+        thor.run_thor_flash(options(tmp_path / "empty", host_tree), "jetson-agx-thor-t4000")
 
 
 def test_dry_run_shows_every_command_and_runs_none(host_tree, devkit_build, stand_ins, capsys) -> None:
     host_tree.add_usb_device("1-2", "0955", "7026")
-    lines = flash_thor.run_thor_flash(options(devkit_build, host_tree, dry_run=True), "jetson-agx-thor")
+    lines = thor.run_thor_flash(options(devkit_build, host_tree, dry_run=True), "jetson-agx-thor")
     out = capsys.readouterr().out
     assert "would run: tar --zstd -xf " in out and "./initrd-flash --usb-instance 1-2" in out
     assert stand_ins.calls("initrd-flash") == []
@@ -311,10 +350,10 @@ def test_dry_run_shows_every_command_and_runs_none(host_tree, devkit_build, stan
 
 def test_the_machine_names_pick_the_thor_path(host_tree, devkit_build, stand_ins) -> None:
     host_tree.add_usb_device("1-2", "0955", "7026")
-    assert flash_targets.kind("jetson-agx-thor") == flash_targets.kind("jetson-agx-thor-t4000") == "thor"
-    flash_targets.flash_machine("jetson-agx-thor", options(devkit_build, host_tree))
+    assert targets.kind("jetson-agx-thor") == targets.kind("jetson-agx-thor-t4000") == "thor"
+    targets.flash_machine("jetson-agx-thor", options(devkit_build, host_tree))
     assert len(stand_ins.calls("initrd-flash")) == 1
-    assert {"jetson-agx-thor", "jetson-agx-thor-t4000"} <= set(flash_targets.flashable_machines())
+    assert {"jetson-agx-thor", "jetson-agx-thor-t4000"} <= set(targets.flashable_machines())
 
 
 # --- zero-touch join ----------------------------------------------------------------------
@@ -329,7 +368,7 @@ def test_a_thor_agent_carries_its_join_on_the_data_partition_it_is_flashed_with(
     token.write_text("K10thor::server:abcdef\n")
     provisioning = provision.Provisioning(server_url="https://k3s-server.lan:6443", token_file=token, role="agent",
                                           labels=("site=lab-3",))
-    lines = flash_thor.run_thor_flash(options(build_dir, host_tree, provisioning=provisioning), "jetson-agx-thor")
+    lines = thor.run_thor_flash(options(build_dir, host_tree, provisioning=provisioning), "jetson-agx-thor")
     flashed = tmp_path / "flashed.dataimg"
     config = read_back(flashed, "gpu-k8s/node-config/k3s-config")
     assert 'server: "https://k3s-server.lan:6443"' in config and '  - "site=lab-3"' in config
@@ -346,5 +385,5 @@ def test_a_server_image_is_not_flashed_as_an_agent(tmp_path, host_tree, host_too
     provisioning = provision.Provisioning(server_url="https://k3s-server.lan:6443", token_file=token, role="agent")
     with pytest.raises(flash.FlashError, match=r"--role agent, but this image was built as a k3s server .*"
                        r"./task build --machine jetson-agx-thor --role agent"):
-        flash_thor.run_thor_flash(options(build_dir, host_tree, provisioning=provisioning), "jetson-agx-thor")
+        thor.run_thor_flash(options(build_dir, host_tree, provisioning=provisioning), "jetson-agx-thor")
     assert host_tools.calls("initrd-flash") == []

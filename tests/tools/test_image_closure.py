@@ -1,4 +1,4 @@
-"""Runtime closure resolution (tools/image_closure.py) on parse data built here, shaped like
+"""Runtime closure resolution (tools/image/closure.py) on parse data built here, shaped like
 what bitbake reports for our Jetson and x86-64 images at the pinned upstream commits."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tools import check_image
-from tools import image_closure as ic
-from tools import image_requirements as req
+from tools.image import check_image
+from tools.image import closure as ic
+from tools.image import requirements as req
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAYER = REPO_ROOT / "meta-gpu-k8s"
@@ -70,6 +70,9 @@ def packagegroup_words(var_overrides: tuple[str, ...], cuda_level: str = "runtim
         elif word == "${GPU_K8S_NVIDIA_NODES_PACKAGE}":
             # Thor's alone (tegra264): the Nano's driver makes its own nodes
             expanded += parse(LAYER / "classes/gpu_k8s_platform.bbclass").words("GPU_K8S_NVIDIA_NODES_PACKAGE")
+        elif word == "${GPU_K8S_NVML_PYTHON_PACKAGE}":
+            # Thor's alone (tegra264): nvgpu has a load file, NVML is not asked there
+            expanded += parse(LAYER / "classes/gpu_k8s_platform.bbclass").words("GPU_K8S_NVML_PYTHON_PACKAGE")
         else:
             expanded.append(word)
     return expanded

@@ -1,4 +1,4 @@
-"""The after-build check (tools/image_manifest.py) on fake deploy and pkgdata directories laid
+"""The after-build check (tools/image/manifest.py) on fake deploy and pkgdata directories laid
 out as kirkstone writes them, and the requirement list kept equal to what the layer installs."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tools import image_manifest as im
-from tools import image_requirements as req
+from tools.image import manifest as im
+from tools.image import requirements as req
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GROUP = REPO_ROOT / "meta-gpu-k8s/recipes-core/packagegroups/packagegroup-gpu-k8s.bb"

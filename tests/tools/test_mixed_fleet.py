@@ -4,9 +4,10 @@ rolled out with one Plan pair per device type, so no artifact reaches a node of 
 machine or role.
 
 The tasks run in this process through the same command line as `./task` (tools/program.py,
-tasks.py), with build/ in a temporary directory, a build host that passes its checks, and
-signed artifacts written where each build said its images would be, with the device and
-payload types each image's Mender integration gives them."""
+tasks.py), with build/ in a temporary directory, a build host that passes its checks, a key
+pair made for the run, and artifacts signed with it written where each build said its images
+would be, with the device and payload types each image's Mender integration gives them and
+the verify key each image holds recorded beside it."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mender_artifacts import make_artifact
+from mender_artifacts import make_artifact, record_verify_key
+from signing_keys import fleet_key, write_pair
 
-from tools import build, hostcheck, paths, release
+from tools import paths
+from tools.fleet import release
+from tools.image import build, hostcheck
 from tools.program import program
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -34,10 +38,11 @@ def build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(hostcheck, "gather_host_facts", lambda path: hostcheck.HostFacts(
         path, free_bytes=500 * hostcheck.GIB, euid=1000, locales=("en_US.utf8",)))
     monkeypatch.setattr(hostcheck, "check_host_tools", lambda which=None: [])
-    monkeypatch.setenv("MENDER_ARTIFACT_SIGNING_KEY", str(tmp_path / "fleet-private.pem"))
-    monkeypatch.setenv("MENDER_ARTIFACT_VERIFY_KEY", str(tmp_path / "fleet-public.pem"))
-    (tmp_path / "fleet-private.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
-    (tmp_path / "fleet-public.pem").write_text("-----BEGIN PUBLIC KEY-----\n")
+    # the fleet's pair, made here: build checks it is one, release checks each artifact against it
+    keys = write_pair(tmp_path / "keys", fleet_key())
+    monkeypatch.setenv("MENDER_ARTIFACT_SIGNING_KEY", str(keys.private))
+    monkeypatch.setenv("MENDER_ARTIFACT_VERIFY_KEY", str(keys.public))
+    monkeypatch.setenv("GPU_K8S_VERSION", VERSION)
     for name in ("KAS_WORK_DIR", "KAS_BUILD_DIR", "TMPDIR"):
         monkeypatch.delenv(name, raising=False)
     return root
@@ -61,10 +66,12 @@ def device_type(machine: str, role: str) -> str:
     return target.yocto_machine if role == target.default_role else f"{target.yocto_machine}-{role}"
 
 
-def node(name: str, kind: str, canary: bool = False) -> dict[str, str]:
+def node(name: str, kind: str, canary: bool = False, server: bool = False) -> dict[str, str]:
     labels = {"kubernetes.io/hostname": name, "update.gpu-k8s.io/device-type": kind}
     if canary:
         labels["update.gpu-k8s.io/ring"] = "canary"
+    if server:
+        labels["node-role.kubernetes.io/control-plane"] = "true"
     return labels
 
 
@@ -86,6 +93,7 @@ def test_a_mixed_fleet_builds_releases_and_rolls_out_with_one_plan_pair_per_devi
         code, out = task(capsys, *argv)
         assert code == 0, out
         assert f"as a k3s {takes}" in out
+        assert f"release version {VERSION} (GPU_K8S_VERSION from the environment)" in out
         kas_argument = re.search(r"kas build --target gpu-k8s-image (\S+)", out)
         assert kas_argument is not None, out
         assert kas_argument[1] == build.kas_file_for(machine, role, machine == "x86-64")
@@ -104,6 +112,7 @@ def test_a_mixed_fleet_builds_releases_and_rolls_out_with_one_plan_pair_per_devi
                       payload_type=build.MACHINES[machine].update_payload)
         (directory / f"gpu-k8s-image-{yocto_machine}.mender").symlink_to(f"{stem}.mender")
         (directory / f"{stem}.manifest").write_text(f"k3s x {VERSION}\nk3s-{takes} x {VERSION}\n")
+        record_verify_key(directory / f"{stem}.manifest")  # the key the image holds, as the layer records it
 
     code, out = task(capsys, "release")
     assert code == 0, out
@@ -123,20 +132,22 @@ def test_a_mixed_fleet_builds_releases_and_rolls_out_with_one_plan_pair_per_devi
     plans = [doc for doc in yaml.safe_load_all(out) if doc]
     kinds = ["genericx86-64", "jetson-orin-nano-devkit-nvme-agent", "jetson-nano-devkit"]
     assert sorted(plan["metadata"]["name"] for plan in plans) == sorted(
-        f"gpu-k8s-os-{ring}-{kind}" for ring in ("canary", "fleet") for kind in kinds)
+        ["gpu-k8s-os-server", *(f"gpu-k8s-os-{ring}-{kind}" for ring in ("canary", "fleet") for kind in kinds)])
 
-    fleet = [node("server-1", "genericx86-64", canary=True),
+    fleet = [node("server-1", "genericx86-64", server=True),
              node("orin-c", "jetson-orin-nano-devkit-nvme-agent", canary=True),
              node("orin-1", "jetson-orin-nano-devkit-nvme-agent"),
              node("nano-c", "jetson-nano-devkit", canary=True), node("nano-1", "jetson-nano-devkit"),
-             node("orin-server", "jetson-orin-nano-devkit-nvme")]  # an Orin server: no artifact in this release
+             node("orin-server", "jetson-orin-nano-devkit-nvme", server=True)]  # no artifact in this release
     url_of = {entry["device_types"][0]: f"http://updates.lan:8080/{entry['file']}" for entry in recorded.values()}
     reached: dict[str, list[str]] = {}
     for plan in plans:
         args = plan["spec"]["upgrade"]["args"]
-        url = args[args.index("--artifact-url") + 1]
+        # each node's gpu-k8s-update takes the offer for its own device type
+        offers = dict(args[i + 1].split("=", 1) for i, word in enumerate(args) if word == "--artifact")
         for labels in fleet:
             if selected(plan["spec"]["nodeSelector"], labels):
+                url = offers.get(labels["update.gpu-k8s.io/device-type"])
                 assert url == url_of[labels["update.gpu-k8s.io/device-type"]], (plan["metadata"]["name"], labels)
                 reached.setdefault(labels["kubernetes.io/hostname"], []).append(plan["metadata"]["name"])
     assert set(reached) == {"server-1", "orin-c", "orin-1", "nano-c", "nano-1"}

@@ -4,9 +4,9 @@ the probe reports, and every missing piece says why it matters."""
 
 from __future__ import annotations
 
-from tools import build, check_image
-from tools import image_closure as ic
-from tools import image_requirements as req
+from tools.image import build, check_image
+from tools.image import closure as ic
+from tools.image import requirements as req
 
 # MACHINEOVERRIDES of jetson-orin-nano-devkit-nvme as meta-tegra wrynose's machine includes
 # compose them (tegra-common.inc prepends cuda:tegra:, soc-family.inc tegra234:).
@@ -19,7 +19,7 @@ ORIN_GPU = ["nv-kernel-module-nvgpu", "nv-kernel-module-nvmap", "nv-kernel-modul
             "tegra-configs-udev", "tegra-libraries-cuda", "nvidia-container-toolkit", "libnvidia-container-tools",
             "tegra-configs-container-csv", "tegra-container-passthrough", "gpu-k8s-nvidia-runtime-config",
             "nv-tegra-release", "cuda-cudart"]
-# A/B updates (meta-mender-tegra's native scheme): tools/image_requirements.py _jetson_orin_updates
+# A/B updates (meta-mender-tegra's native scheme): tools/image/requirements.py _jetson_orin_updates
 ORIN_UPDATES = ["mender-update", "tegra-rootfs-update-module", "tegra-redundant-boot-base", "tegra-uefi-capsules",
                 "gpu-k8s-data", "gpu-k8s-update", "gpu-k8s-watchdog"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from disk_images import DATA_AT, HAVE_E2FSPROGS, ext4, gpt_disk, read_back
 
-from tools import flash, provision
+from tools.flash import flash, provision
 
 pytestmark = pytest.mark.skipif(not HAVE_E2FSPROGS,
                                 reason="needs e2fsprogs (debugfs, mkfs.ext4), as the flash task itself does")
@@ -105,6 +105,11 @@ shutil.copyfile('gpu-k8s-image-jetson-nano-devkit.dataimg', {str(capture)!r})
     ("changes", "message"),
     [
         ({"server_url": "http://k3s:6443"}, "--server-url 'http://k3s:6443' must be https://HOST:6443"),
+        ({"server_url": "https://k3s"}, "--server-url 'https://k3s' has no port: k3s's API listens on 6443, so "
+                                        "give https://k3s:6443"),
+        ({"server_url": "https://k3s:port"}, "--server-url 'https://k3s:port' must be https://HOST:PORT and nothing "
+                                             "else, e.g. https://k3s:6443"),
+        ({"server_url": "https://k3s:6443/v1"}, "must be https://HOST:PORT and nothing else"),
         ({"server_url": None, "token_file": None}, "--role agent needs --server-url"),
         ({"role": "master"}, "--role must be server or agent"),
         ({"labels": ("site",)}, "--label 'site' is not KEY=VALUE"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import qemu
+from tools.smoke import qemu
 
 # Stand-in QEMU behaviours for the KVM probe. Each records its pid so tests can prove it is gone.
 RECORD_PID = "open(os.path.join(state_dir, 'qemu.pid'), 'w').write(str(os.getpid()))\n"

@@ -4,16 +4,21 @@ mender-artifact lays them out (outer tar: version, manifest, manifest.sig, heade
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
-from mender_artifacts import make_artifact
+from mender_artifacts import make_artifact, record_verify_key
+from signing_keys import ec_key, fleet_key, public_pem, rsa_key, write_pair
 
-from tools import build, release
+from tools import mender_signing
+from tools.fleet import release
+from tools.image import build
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +40,7 @@ def deploy_dir(tmp_path: Path, **artifact: object) -> Path:
         "nv-tegra-release jetson_nano_devkit 32.7.6-r0\npython3 cortexa57 3.10.15-r0\n"
     )
     (directory / f"gpu-k8s-image-{MACHINE}.manifest").symlink_to(f"{stem}.manifest")
+    record_verify_key(directory / f"{stem}.manifest")
     return directory
 
 
@@ -85,7 +91,7 @@ def test_an_unsigned_artifact_is_refused_and_nothing_is_written(tmp_path: Path) 
 
 def test_a_corrupt_artifact_is_refused(tmp_path: Path) -> None:
     source = deploy_dir(tmp_path, corrupt=True)
-    with pytest.raises(release.ReleaseError, match="corrupt: data/0000.tar.gz"):
+    with pytest.raises(release.ReleaseError, match="corrupt: data/0000/rootfs.ext4 does not match its manifest"):
         release.run_release(release.ReleaseOptions(deploy_dir=source, output=tmp_path / "out"))
 
 
@@ -138,41 +144,151 @@ def test_kas_file_picks_that_machines_deploy_dir(tmp_path: Path, monkeypatch: py
         release.run_release(release.ReleaseOptions(kas="kas/nope.yml"))
 
 
-def test_verify_key_without_mender_artifact_says_how_to_get_it(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    monkeypatch.setattr(release, "BUILD_ROOT", tmp_path / "build")
+# ---------------------------------------------------------------- signatures
+
+
+def test_an_artifact_signed_by_another_key_than_its_image_holds_is_refused_naming_it_and_the_key(
+        tmp_path: Path) -> None:
+    """The build signed with one key and recorded another as the image's verify key: every board
+    updated to it would refuse what it was signed with."""
+    source = deploy_dir(tmp_path, key=ec_key())
     with pytest.raises(release.ReleaseError) as refused:
-        release.run_release(release.ReleaseOptions(deploy_dir=deploy_dir(tmp_path), verify_key=tmp_path / "k.pem"))
+        release.run_release(release.ReleaseOptions(deploy_dir=source, output=tmp_path / "out"))
     message = str(refused.value)
-    assert "--verify-key needs mender-artifact: sudo apt-get install mender-artifact" in message
-    assert "mender-artifact-native/usr/bin" in message
+    fingerprint = mender_signing.verify_public_key(public_pem(fleet_key()), Path("k")).fingerprint
+    assert message.startswith(f"gpu-k8s-image-{MACHINE}-20261123220000.rootfs.mender: its signature does not verify")
+    assert (f"does not verify with the verify key the image holds, {source}/gpu-k8s-image-{MACHINE}-20261123220000"
+            f".rootfs.artifact-verify-key.pem (ECDSA P-256, fingerprint {fingerprint}: SHA-256") in message
+    assert "so boards holding that key would refuse it" in message and "MENDER_ARTIFACT_SIGNING_KEY" in message
+    assert not (tmp_path / "out").exists(), "nothing released"
 
 
-def test_verify_key_uses_the_mender_artifact_a_build_made_when_none_is_on_path(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    monkeypatch.setattr(release, "BUILD_ROOT", tmp_path / "build")
-    tool = (tmp_path / "build/x86-64/build/tmp/sysroots-components/x86_64/mender-artifact-native/usr/bin/"
-            "mender-artifact")
-    tool.parent.mkdir(parents=True)
-    log = tmp_path / "validated"
-    tool.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
-    tool.chmod(0o755)
-    key = tmp_path / "k.pem"
-    key.write_text("-----BEGIN PUBLIC KEY-----\n")
-    release.run_release(release.ReleaseOptions(deploy_dir=deploy_dir(tmp_path), verify_key=key,
-                                               output=tmp_path / "out"))
-    assert log.read_text().startswith(f"validate -k {key} ")
+@pytest.mark.parametrize("kind", ["rsa", "ecdsa"])
+def test_an_artifact_signed_with_the_key_its_image_holds_is_released_with_that_keys_fingerprint(
+        tmp_path: Path, kind: str) -> None:
+    key = rsa_key() if kind == "rsa" else ec_key()
+    source = deploy_dir(tmp_path, key=key)
+    record_verify_key(next(source.glob("*20261123220000.rootfs.manifest")), key)
+    output, (artifact,) = release.run_release(release.ReleaseOptions(deploy_dir=source, output=tmp_path / "out"))
+    expected = mender_signing.verify_public_key(public_pem(key), Path("k")).fingerprint
+    assert artifact.verify_key_sha256 == expected
+    assert json.loads((output / "release.json").read_text())["artifacts"][0]["verify_key_sha256"] == expected
 
 
-def test_task_reports_an_unsigned_artifact_in_one_line(tmp_path: Path) -> None:
-    source = deploy_dir(tmp_path, signed=False)
+def test_a_signature_that_is_not_mender_artifacts_base64_is_refused(tmp_path: Path) -> None:
+    source = deploy_dir(tmp_path)
+    link = source / LINK
+    artifact = link.resolve()
+    with tarfile.open(artifact) as archive:
+        members = {m.name: archive.extractfile(m).read() for m in archive.getmembers()}  # type: ignore[union-attr]
+    members["manifest.sig"] += b"\n"  # the client's base64 decoder takes no trailing newline
+    with tarfile.open(artifact, "w") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    with pytest.raises(release.ReleaseError, match=r"manifest\.sig is not base64"):
+        release.run_release(release.ReleaseOptions(deploy_dir=source, output=tmp_path / "out"))
+
+
+def test_without_a_record_of_the_images_key_release_refuses_unless_verify_key_names_the_boards_key(
+        tmp_path: Path) -> None:
+    source = deploy_dir(tmp_path)
+    for record in source.glob("*.artifact-verify-key.pem"):
+        record.unlink()
+    with pytest.raises(release.ReleaseError, match=r"no record of the verify key its image holds .*rebuild it, or "
+                                                   r"give the key the boards hold with --verify-key FILE"):
+        release.run_release(release.ReleaseOptions(deploy_dir=source, output=tmp_path / "out"))
+    boards = write_pair(tmp_path / "keys", fleet_key())
+    _, (artifact,) = release.run_release(release.ReleaseOptions(deploy_dir=source, output=tmp_path / "out",
+                                                                verify_key=boards.public))
+    assert artifact.signed
+    wrong = write_pair(tmp_path / "other", ec_key())
+    with pytest.raises(release.ReleaseError, match=f"does not verify with --verify-key {wrong.public} \\(ECDSA P-256"):
+        release.run_release(release.ReleaseOptions(deploy_dir=source, output=tmp_path / "out2",
+                                                   verify_key=wrong.public))
+
+
+def test_verify_key_is_the_key_the_boards_hold_when_the_new_image_carries_another(tmp_path: Path, capsys) -> None:
+    """A key change: the release is signed with the old key (what the boards hold now), its
+    image carries the new verify key."""
+    source = deploy_dir(tmp_path)
+    new_key = ec_key()
+    record_verify_key(next(source.glob("*20261123220000.rootfs.manifest")), new_key)
+    with pytest.raises(release.ReleaseError, match="its signature does not verify"):
+        release.run_release(release.ReleaseOptions(deploy_dir=source, output=tmp_path / "out"))
+    boards = write_pair(tmp_path / "keys", fleet_key())
+    release.run_release(release.ReleaseOptions(deploy_dir=source, output=tmp_path / "out", verify_key=boards.public))
+    assert "but its image holds another verify key" in capsys.readouterr().out
+
+
+def test_a_verify_key_that_is_no_public_key_is_named(tmp_path: Path) -> None:
+    private = write_pair(tmp_path / "keys", fleet_key()).private
+    with pytest.raises(release.ReleaseError, match=r"--verify-key \(.*\) is a private key"):
+        release.run_release(release.ReleaseOptions(deploy_dir=deploy_dir(tmp_path), output=tmp_path / "out",
+                                                   verify_key=private))
+
+
+needs_mender_artifact = pytest.mark.skipif(
+    shutil.which("mender-artifact") is None,
+    reason="mender-artifact is not installed (./task test installs Debian's as root; apt-get install mender-artifact)")
+
+
+@needs_mender_artifact
+@pytest.mark.parametrize("kind", ["rsa", "ecdsa"])
+def test_release_takes_what_real_mender_artifact_signs_only_with_the_key_it_signed_with(tmp_path: Path,
+                                                                                       kind: str) -> None:
+    """An artifact written and signed by mender-artifact itself (Debian's 3.9.0: the same signer.go
+    for a key file as our pins' 4.0.0 and 4.4.1; PKCS#1/SEC1 keys, which it reads)."""
+    key = rsa_key() if kind == "rsa" else ec_key()
+    keys = write_pair(tmp_path / "keys", key, traditional=True)
+    directory = tmp_path / "deploy" / MACHINE
+    directory.mkdir(parents=True)
+    (tmp_path / "rootfs.ext4").write_bytes(bytes(range(256)) * 64)
+    stem = f"gpu-k8s-image-{MACHINE}-20261123220000"
+    written = subprocess.run(
+        ["mender-artifact", "write", "rootfs-image", "-t", MACHINE, "-n", "1.4.0", "-f", str(tmp_path / "rootfs.ext4"),
+         "-k", str(keys.private), "-o", str(directory / f"{stem}.mender")], capture_output=True, text=True, check=False)
+    assert written.returncode == 0, written.stderr
+    (directory / f"{stem}.manifest").write_text("k3s-agent x 1.36.4\n")
+    record_verify_key(directory / f"{stem}.manifest", key)
+    _, (artifact,) = release.run_release(release.ReleaseOptions(deploy_dir=directory, output=tmp_path / "out"))
+    assert artifact.device_types == [MACHINE] and artifact.artifact_name == "1.4.0"
+    record_verify_key(directory / f"{stem}.manifest", ec_key())
+    with pytest.raises(release.ReleaseError, match="its signature does not verify"):
+        release.run_release(release.ReleaseOptions(deploy_dir=directory, output=tmp_path / "out2"))
+
+
+@needs_mender_artifact
+@pytest.mark.parametrize("kind", ["rsa", "ecdsa"])
+def test_real_mender_artifact_validates_the_test_artifacts_as_release_does(tmp_path: Path, kind: str) -> None:
+    """The fake builds' artifacts are real ones: mender-artifact accepts their layout and
+    signature with the right key and refuses them with another, as release does."""
+    key = rsa_key() if kind == "rsa" else ec_key()
+    artifact = make_artifact(tmp_path / "a.mender", key=key)
+    right, wrong = write_pair(tmp_path / "right", key), write_pair(tmp_path / "wrong", ec_key())
+    for keys, accepted in ((right, True), (wrong, False)):
+        validated = subprocess.run(["mender-artifact", "validate", "-k", str(keys.public), str(artifact)],
+                                   capture_output=True, text=True, check=False)
+        assert (validated.returncode == 0) == accepted, validated.stdout + validated.stderr
+        details = release.read_mender(artifact)
+        verdict = mender_signing.signature_problem(details["manifest"], details["signature"],  # type: ignore[arg-type]
+                                                   release.read_verify_key(keys.public, "key"))
+        assert (verdict == "") == accepted, verdict
+
+
+@pytest.mark.parametrize(("artifact", "said"), [({"signed": False}, "is not signed"),
+                                                ({"key": "another"}, "its signature does not verify")],
+                         ids=["unsigned", "signed-by-another-key"])
+def test_task_reports_an_unsigned_or_wrongly_signed_artifact_in_one_line(tmp_path: Path, artifact, said) -> None:
+    source = deploy_dir(tmp_path, **({"key": ec_key()} if artifact.get("key") else artifact))
     completed = subprocess.run(
         [sys.executable, "-m", "invoke", "--search-root", str(REPO_ROOT), "release", "--deploy-dir", str(source),
          "--output", str(tmp_path / "out")],
         capture_output=True, text=True, check=False,
     )
     assert completed.returncode == 1
-    assert completed.stderr.count("\n") == 1 and "is not signed" in completed.stderr
+    assert completed.stderr.count("\n") == 1 and said in completed.stderr, completed.stderr
 
 
 # ---------------------------------------------------------------- the Orin, roles, a mixed fleet
@@ -191,6 +307,7 @@ def built(build_root: Path, machine_dir: str, yocto_machine: str, device_type: s
     make_artifact(directory / f"{stem}.mender", name=name, device_type=device_type, payload_type=payload)
     (directory / f"gpu-k8s-image-{yocto_machine}.mender").symlink_to(f"{stem}.mender")
     (directory / f"{stem}.manifest").write_text(f"k3s-{role} x 1.36.4\nk3s x 1.36.4\n")
+    record_verify_key(directory / f"{stem}.manifest")
     return directory
 
 

@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools import rollout
+from tools.fleet import rollout
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 URL = "http://updates.lan/1.4.0/gpu-k8s-image-jetson-nano-devkit.mender"
 NANO = "jetson-nano-devkit"
+SERVER = "gpu-k8s-os-server"
 CANARY, FLEET = f"gpu-k8s-os-canary-{NANO}", f"gpu-k8s-os-fleet-{NANO}"
+CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
 # Every PlanSpec / ContainerSpec / DrainSpec JSON field of system-upgrade-controller v0.20.1
 # (pkg/apis/upgrade.cattle.io/v1/types.go): a key outside these is silently dropped by it.
 PLAN_SPEC_FIELDS = {
@@ -43,39 +45,55 @@ def plans(**changes: object) -> dict[str, dict]:
     return {doc["metadata"]["name"]: doc for doc in documents if doc}
 
 
-def test_dry_run_yaml_is_a_canary_plan_and_a_fleet_plan_gated_on_it() -> None:
+def test_dry_run_yaml_is_the_server_ring_then_a_canary_plan_and_a_fleet_plan_gated_on_it() -> None:
     found = plans(concurrency=3)
-    assert set(found) == {CANARY, FLEET}
+    assert set(found) == {SERVER, CANARY, FLEET}
     for plan in found.values():
         assert plan["apiVersion"] == "upgrade.cattle.io/v1" and plan["kind"] == "Plan"
         assert plan["metadata"]["namespace"] == "system-upgrade"
         spec = plan["spec"]
         assert set(spec) <= PLAN_SPEC_FIELDS, f"unknown Plan fields {set(spec) - PLAN_SPEC_FIELDS}"
-        assert set(spec["upgrade"]) <= CONTAINER_FIELDS and set(spec["drain"]) <= DRAIN_FIELDS
+        assert set(spec["upgrade"]) <= CONTAINER_FIELDS and set(spec.get("drain", {})) <= DRAIN_FIELDS
         assert spec["version"] == "1.4.0" and spec["serviceAccountName"] == "system-upgrade"
         assert spec["upgrade"]["image"] == "localhost/gpu-k8s-upgrade:latest"
         command = spec["upgrade"]["command"] + spec["upgrade"]["args"]
         assert command == ["chroot", "/host", "gpu-k8s-update", "upgrade", "--version", "1.4.0",
-                           "--artifact-url", URL]
-        assert spec["cordon"] is True and spec["drain"]["ignoreDaemonSets"] is True
-        assert spec["drain"]["timeout"] == "10m", "a string: SUC reads an integer drain timeout as nanoseconds"
-        assert spec["tolerations"] == [{"operator": "Exists"}], "tainted GPU nodes must be updated too"
-    canary, fleet = found[CANARY]["spec"], found[FLEET]["spec"]
-    assert canary["concurrency"] == 1, "canaries go one by one whatever --concurrency says"
+                           "--artifact", f"{NANO}={URL}"]
+        assert spec["cordon"] is True
+        assert spec["tolerations"] == [{"operator": "Exists"}], "tainted GPU nodes and servers must be updated too"
+    server, canary, fleet = found[SERVER]["spec"], found[CANARY]["spec"], found[FLEET]["spec"]
+    for agents in (canary, fleet):
+        assert agents["drain"]["ignoreDaemonSets"] is True
+        assert agents["drain"]["timeout"] == "10m", "a string: SUC reads an integer drain timeout as nanoseconds"
+    assert server["concurrency"] == 1 and canary["concurrency"] == 1, "one by one whatever --concurrency says"
     assert fleet["concurrency"] == 3
     device = {"key": "update.gpu-k8s.io/device-type", "operator": "In", "values": [NANO]}
+    agent = {"key": CONTROL_PLANE, "operator": "NotIn", "values": ["true"]}
+    assert server["nodeSelector"]["matchExpressions"] == [
+        device, {"key": CONTROL_PLANE, "operator": "In", "values": ["true"]}]
     assert canary["nodeSelector"]["matchExpressions"] == [
-        device, {"key": "update.gpu-k8s.io/ring", "operator": "In", "values": ["canary"]}]
+        device, agent, {"key": "update.gpu-k8s.io/ring", "operator": "In", "values": ["canary"]}]
     assert fleet["nodeSelector"]["matchExpressions"] == [
-        device, {"key": "update.gpu-k8s.io/ring", "operator": "NotIn", "values": ["canary"]}]
-    assert "prepare" not in canary
-    prepare = fleet["prepare"]
-    assert prepare["image"] == "localhost/gpu-k8s-upgrade:latest"
-    assert prepare["command"][:2] == ["sh", "-c"] and "chroot /host gpu-k8s-update wait-plan" in prepare["command"][2]
-    assert prepare["args"] == ["--plan", CANARY, "--namespace", "system-upgrade", "--version", "1.4.0"]
+        device, agent, {"key": "update.gpu-k8s.io/ring", "operator": "NotIn", "values": ["canary"]}]
+    assert "prepare" not in server
+    for agents, waited in ((canary, [SERVER]), (fleet, [SERVER, CANARY])):
+        prepare = agents["prepare"]
+        assert prepare["image"] == "localhost/gpu-k8s-upgrade:latest"
+        assert prepare["command"][:2] == ["sh", "-c"]
+        assert "chroot /host gpu-k8s-update wait-plan" in prepare["command"][2]
+        assert prepare["args"][:4] == ["--namespace", "system-upgrade", "--version", "1.4.0"]
+        assert prepare["args"][4:] == [word for name in waited for word in ("--plan", name)]
     # A Nano writes a GB rootfs to SD, reboots and runs a 15-minute gate inside one job.
-    assert canary["jobActiveDeadlineSecs"] >= 1800
+    assert server["jobActiveDeadlineSecs"] >= 1800
+    assert canary["jobActiveDeadlineSecs"] > server["jobActiveDeadlineSecs"], "canaries also wait for the servers"
     assert fleet["jobActiveDeadlineSecs"] > canary["jobActiveDeadlineSecs"], "fleet jobs also wait for canaries"
+
+
+def test_the_server_ring_cordons_and_never_drains() -> None:
+    """Defect 3: a server drained by its own update evicts CoreDNS, the controller's neighbours and
+    every workload of a small cluster onto no node, and its reboot takes the API server along."""
+    server = plans()[SERVER]["spec"]
+    assert server["cordon"] is True and "drain" not in server
 
 
 def test_prepare_script_hands_the_service_account_through_chroot() -> None:
@@ -88,7 +106,8 @@ def test_prepare_script_hands_the_service_account_through_chroot() -> None:
 
 
 def test_ring_and_selector_choose_the_plans_and_nodes() -> None:
-    assert set(plans(ring="canary")) == {CANARY}
+    assert set(plans(ring="server")) == {SERVER}
+    assert set(plans(ring="canary")) == {SERVER, CANARY}, "the servers come before any canary"
     assert set(plans(ring="fleet")) == {FLEET}
     for plan in plans(selector="example.com/site=lab-2").values():
         assert plan["spec"]["nodeSelector"]["matchExpressions"][-1] == {
@@ -98,7 +117,7 @@ def test_ring_and_selector_choose_the_plans_and_nodes() -> None:
 def test_values_that_look_like_yaml_stay_strings() -> None:
     url = "https://u.lan/a.mender?x=1&y=#frag: [1]"
     spec = plans(artifact_url=url, version="1.4.0+build.7")[CANARY]["spec"]
-    assert spec["upgrade"]["args"] == ["--version", "1.4.0+build.7", "--artifact-url", url]
+    assert spec["upgrade"]["args"] == ["--version", "1.4.0+build.7", "--artifact", f"{NANO}={url}"]
 
 
 @pytest.mark.parametrize(
@@ -152,6 +171,14 @@ if args[:2] == ["get", "crd"]:
               file=sys.stderr)
         sys.exit(1)
     print("plans.upgrade.cattle.io")
+elif step.get("down"):
+    # the only server rebooting into its update: no API server answers
+    if args[:2] == ["get", "plans.upgrade.cattle.io"]:
+        scenario["step"] += 1
+        save()
+    print("The connection to the server 10.0.0.5:6443 was refused - did you specify the right host or port?",
+          file=sys.stderr)
+    sys.exit(1)
 elif args[:3] == ["get", "nodes", "-l"]:
     key, _, value = args[3].partition("=")
     out({"items": [n for n in step["nodes"] if n["metadata"]["labels"].get(key) == value]})
@@ -163,8 +190,6 @@ elif args[:1] == ["apply"]:
     print("plan.upgrade.cattle.io/gpu-k8s-os-canary created")
 elif args[:2] == ["get", "plans.upgrade.cattle.io"] and args[2] == "-l":
     out({"items": step["plans"]})
-    scenario["step"] += 1
-    save()
 elif args[:2] == ["get", "plans.upgrade.cattle.io"]:
     found = [p for p in step["plans"] if p["metadata"]["name"] == args[2]]
     if not found:
@@ -172,7 +197,10 @@ elif args[:2] == ["get", "plans.upgrade.cattle.io"]:
         sys.exit(1)
     out(found[0])
 elif args[:2] == ["get", "jobs"]:
+    # the last look of each snapshot: the next one sees the next step
     out({"items": step["jobs"]})
+    scenario["step"] += 1
+    save()
 elif args[:1] == ["logs"]:
     print(scenario["logs"].get(args[1].split("/", 1)[1], ""))
 else:
@@ -181,17 +209,20 @@ else:
 """
 
 
-def node(name: str, canary: bool = False, done: dict[str, str] | None = None, device_type: str = NANO) -> dict:
+def node(name: str, canary: bool = False, done: dict[str, str] | None = None, device_type: str = NANO,
+         server: bool = False) -> dict:
     labels = {"kubernetes.io/hostname": name, **({"update.gpu-k8s.io/ring": "canary"} if canary else {})}
     if device_type:
         labels["update.gpu-k8s.io/device-type"] = device_type
+    if server:
+        labels[CONTROL_PLANE] = "true"
     for plan, plan_hash in (done or {}).items():
         labels[f"plan.upgrade.cattle.io/{plan}"] = plan_hash
     return {"metadata": {"name": name, "labels": labels}}
 
 
 def plan(ring: str, version: str = "1.4.0", complete: bool = False, device_type: str = NANO) -> dict:
-    return {"metadata": {"name": f"gpu-k8s-os-{ring}-{device_type}"},
+    return {"metadata": {"name": SERVER if ring == "server" else f"gpu-k8s-os-{ring}-{device_type}"},
             "status": {"latestVersion": version, "latestHash": f"hash-{ring}",
                        "conditions": [{"type": "Complete", "status": "True" if complete else "False"}]}}
 
@@ -202,10 +233,10 @@ def job(ring: str, node_name: str, state: str = "active", failed: int = 0, devic
     if state == "failed":
         status["conditions"] = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
                                  "message": "Job has reached the specified backoff limit"}]
-    return {"metadata": {"name": f"apply-gpu-k8s-os-{ring}-{device_type}-on-{node_name}-with-hash",
+    name = SERVER if ring == "server" else f"gpu-k8s-os-{ring}-{device_type}"
+    return {"metadata": {"name": f"apply-{name}-on-{node_name}-with-hash",
                          "creationTimestamp": "2026-11-23T22:00:00Z",
-                         "labels": {"upgrade.cattle.io/plan": f"gpu-k8s-os-{ring}-{device_type}",
-                                    "upgrade.cattle.io/node": node_name}},
+                         "labels": {"upgrade.cattle.io/plan": name, "upgrade.cattle.io/node": node_name}},
             "status": status}
 
 
@@ -219,28 +250,54 @@ def play(stand_ins, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: d
     return scenario_file
 
 
-def test_follows_canary_then_fleet_to_the_end(stand_ins, tmp_path, monkeypatch, capsys) -> None:
-    canary_done = {CANARY: "hash-canary"}
+def test_follows_the_server_then_canary_then_fleet_to_the_end(stand_ins, tmp_path, monkeypatch, capsys) -> None:
+    server_done = {SERVER: "hash-server"}
+    canary_done = {**server_done, CANARY: "hash-canary"}
     both_done = {**canary_done, FLEET: "hash-fleet"}
+    cluster = [node("server-1", server=True), node("nano-c", canary=True), node("nano-1")]
     steps = [
-        {"nodes": [node("nano-c", canary=True), node("nano-1")],
-         "plans": [plan("canary"), plan("fleet")], "jobs": [job("canary", "nano-c"), job("fleet", "nano-1")]},
-        {"nodes": [node("nano-c", canary=True), node("nano-1")],
-         "plans": [plan("canary"), plan("fleet")], "jobs": [job("canary", "nano-c", failed=1)]},
-        {"nodes": [node("nano-c", True, canary_done), node("nano-1")],
-         "plans": [plan("canary", complete=True), plan("fleet")], "jobs": [job("fleet", "nano-1")]},
-        {"nodes": [node("nano-c", True, both_done), node("nano-1", done={FLEET: "hash-fleet"})],
-         "plans": [plan("canary", complete=True), plan("fleet", complete=True)], "jobs": []},
+        {"nodes": cluster, "plans": [plan("server"), plan("canary"), plan("fleet")],
+         "jobs": [job("server", "server-1"), job("canary", "nano-c"), job("fleet", "nano-1")]},
+        {"down": True},
+        {"nodes": [node("server-1", done=server_done, server=True), *cluster[1:]],
+         "plans": [plan("server", complete=True), plan("canary"), plan("fleet")],
+         "jobs": [job("canary", "nano-c", failed=1)]},
+        {"nodes": [node("server-1", done=server_done, server=True), node("nano-c", True, canary_done), cluster[2]],
+         "plans": [plan("server", complete=True), plan("canary", complete=True), plan("fleet")],
+         "jobs": [job("fleet", "nano-1")]},
+        {"nodes": [node("server-1", done=server_done, server=True), node("nano-c", True, both_done),
+                   node("nano-1", done={FLEET: "hash-fleet"})],
+         "plans": [plan("server", complete=True), plan("canary", complete=True), plan("fleet", complete=True)],
+         "jobs": []},
     ]
     scenario_file = play(stand_ins, tmp_path, monkeypatch, {"steps": steps})
     progress = rollout.run_rollout(options())
     assert progress is not None and progress.finished and not progress.stopped
     out = capsys.readouterr().out
+    assert "server-1 is the only server: while it reboots the API server is down" in out
+    assert "waiting   for the server ring" in out, "agents wait while the server ring is not complete"
     assert "waiting   for the canary ring" in out, "fleet nodes wait while the canary is not complete"
+    assert "the API server does not answer" in out and "server-1 is rebooting into its update" in out
+    assert "the API server answers again" in out
     assert "(after its reboot)" in out
-    assert out.count("done") >= 2
+    assert out.count("done") >= 3
     applied = list(yaml.safe_load_all(json.loads(scenario_file.read_text())["applied"]))
-    assert [doc["metadata"]["name"] for doc in applied if doc] == [CANARY, FLEET]
+    assert [doc["metadata"]["name"] for doc in applied if doc] == [SERVER, CANARY, FLEET]
+
+
+def test_an_api_server_that_never_comes_back_ends_following_not_the_rollout(stand_ins, tmp_path, monkeypatch,
+                                                                           capsys) -> None:
+    cluster = [node("server-1", server=True), node("nano-c", canary=True)]
+    steps = [{"nodes": cluster, "plans": [plan("server")], "jobs": [job("server", "server-1")]},
+             *({"down": True} for _ in range(5))]
+    play(stand_ins, tmp_path, monkeypatch, {"steps": steps})
+    ticks = iter(range(0, 10_000, 600))
+    monkeypatch.setattr(rollout, "API_OUTAGE_LIMIT_S", 1800)
+    with pytest.raises(rollout.RolloutError) as stopped:
+        rollout.follow(options(), rollout.run_kubectl, sleep=lambda s: None, clock=lambda: next(ticks))
+    assert "has not answered for 30 minutes" in str(stopped.value)
+    assert "the rollout goes on in the cluster" in str(stopped.value)
+    assert capsys.readouterr().out.count("the API server does not answer") == 1, "said once per outage"
 
 
 def test_a_canary_that_rolled_back_stops_the_rollout_and_says_why(stand_ins, tmp_path, monkeypatch) -> None:
@@ -263,15 +320,22 @@ def test_a_canary_that_rolled_back_stops_the_rollout_and_says_why(stand_ins, tmp
 def test_no_canary_node_refuses_before_applying(stand_ins, tmp_path, monkeypatch) -> None:
     scenario_file = play(stand_ins, tmp_path, monkeypatch,
                          {"steps": [{"nodes": [node("nano-1")], "plans": [], "jobs": []}]})
-    with pytest.raises(rollout.RolloutError, match="no node of device type jetson-nano-devkit is labelled"):
+    with pytest.raises(rollout.RolloutError, match="no agent of device type jetson-nano-devkit is labelled"):
         rollout.run_rollout(options())
     assert "applied" not in json.loads(scenario_file.read_text())
 
 
-def test_fleet_ring_alone_needs_the_canary_ring_complete_at_this_version(stand_ins, tmp_path, monkeypatch) -> None:
-    steps = [{"nodes": [node("nano-1")], "plans": [plan("canary", version="1.3.0", complete=True)], "jobs": []}]
+@pytest.mark.parametrize(("server_version", "refused"), [
+    ("1.4.0", "the canary ring of jetson-nano-devkit has not completed 1.4.0"),
+    ("1.3.0", "the server ring has not completed 1.4.0"),
+])
+def test_fleet_ring_alone_needs_the_earlier_rings_complete_at_this_version(stand_ins, tmp_path, monkeypatch,
+                                                                          server_version, refused) -> None:
+    steps = [{"nodes": [node("nano-1")], "jobs": [],
+              "plans": [plan("server", version=server_version, complete=True),
+                        plan("canary", version="1.3.0", complete=True)]}]
     scenario_file = play(stand_ins, tmp_path, monkeypatch, {"steps": steps})
-    with pytest.raises(rollout.RolloutError, match="canary ring of jetson-nano-devkit has not completed 1.4.0"):
+    with pytest.raises(rollout.RolloutError, match=refused):
         rollout.run_rollout(options(ring="fleet"))
     assert "applied" not in json.loads(scenario_file.read_text())
 
@@ -315,7 +379,7 @@ def test_task_dry_run_prints_plans_and_calls_no_kubectl(stand_ins) -> None:
         capture_output=True, text=True, check=True,
     )
     documents = [doc for doc in yaml.safe_load_all(completed.stdout) if doc]
-    assert [doc["metadata"]["name"] for doc in documents] == [CANARY]
+    assert [doc["metadata"]["name"] for doc in documents] == [SERVER, CANARY]
     assert stand_ins.calls("kubectl") == []
 
 
@@ -324,8 +388,9 @@ def test_task_dry_run_prints_plans_and_calls_no_kubectl(stand_ins) -> None:
 X86, ORIN = "genericx86-64", "jetson-orin-nano-devkit-nvme"
 X86_URL = "http://updates.lan/1.4.0/gpu-k8s-image-genericx86-64.mender"
 MIXED_FLEET = [
-    node("gpu-server", canary=True, device_type=X86),  # the k3s server
-    node("gpu-box-2", device_type=X86),
+    node("gpu-server", canary=True, device_type=X86, server=True),  # the k3s server (its canary label is moot)
+    node("gpu-box-2", device_type=X86, canary=True),
+    node("gpu-box-3", device_type=X86),
     node("nano-c", canary=True), node("nano-1"), node("nano-2"),
     node("orin-1", device_type=ORIN),  # this release carries no Orin artifact
     node("old-nano", device_type=""),  # an image from before the device-type label
@@ -350,37 +415,71 @@ def mixed_options(**changes: object) -> rollout.RolloutOptions:
     return rollout.RolloutOptions(**values)  # type: ignore[arg-type]
 
 
-def test_a_mixed_fleet_gets_one_plan_pair_per_device_type_and_no_node_an_artifact_it_cannot_install() -> None:
+def offered(spec: dict) -> dict[str, str]:
+    """The --artifact TYPE=URL offers of a Plan's upgrade command, by device type."""
+    args = spec["upgrade"]["args"]
+    return dict(args[i + 1].split("=", 1) for i, word in enumerate(args) if word == "--artifact")
+
+
+def test_a_mixed_fleet_gets_a_server_ring_and_one_plan_pair_per_device_type_and_no_node_a_foreign_artifact() -> None:
     documents = [doc for doc in yaml.safe_load_all(rollout.render_plans(mixed_options())) if doc]
-    names = {doc["metadata"]["name"] for doc in documents}
-    assert names == {f"gpu-k8s-os-{ring}-{kind}" for ring in ("canary", "fleet") for kind in (X86, NANO)}
+    names = [doc["metadata"]["name"] for doc in documents]
+    assert names[0] == SERVER, "the server ring is applied first"
+    agent_rings = {f"gpu-k8s-os-{ring}-{kind}" for ring in ("canary", "fleet") for kind in (X86, NANO)}
+    assert set(names) == {SERVER} | agent_rings
     url_of = {X86: X86_URL, NANO: URL}
     updated: dict[str, list[str]] = {}
     for doc in documents:
         spec = doc["spec"]
-        artifact = spec["upgrade"]["args"][spec["upgrade"]["args"].index("--artifact-url") + 1]
+        offers = offered(spec)
         for item in MIXED_FLEET:
             labels = item["metadata"]["labels"]
             if matches(spec["nodeSelector"], labels):
                 device_type = labels.get("update.gpu-k8s.io/device-type")
-                assert artifact == url_of[device_type], f"{doc['metadata']['name']} sends {artifact} to a {device_type}"
+                # what the node's gpu-k8s-update takes: the offer for its own device type
+                assert offers.get(device_type) == url_of[device_type], f"{doc['metadata']['name']} on a {device_type}"
                 updated.setdefault(item["metadata"]["name"], []).append(doc["metadata"]["name"])
-        if "prepare" in spec:
-            waited = spec["prepare"]["args"][1]
-            own_type = doc["metadata"]["name"].removeprefix("gpu-k8s-os-fleet-")
-            assert waited == f"gpu-k8s-os-canary-{own_type}", "waits for the canary of its own type"
+        name = doc["metadata"]["name"]
+        if name == SERVER:
+            assert offers == url_of, "the server ring offers every device type's own artifact"
+            assert "prepare" not in spec
+            continue
+        assert len(offers) == 1, "an agent ring carries its own device type's artifact only"
+        waited = [spec["prepare"]["args"][i + 1] for i, w in enumerate(spec["prepare"]["args"]) if w == "--plan"]
+        own_type = name.split("-", 4)[-1]
+        expected = [SERVER] if "-canary-" in name else [SERVER, f"gpu-k8s-os-canary-{own_type}"]
+        assert waited == expected, f"{name} waits for the server ring (and the canary of its own type)"
+    assert updated["gpu-server"] == [SERVER], "the server goes in the server ring only, canary label or not"
     assert "orin-1" not in updated and "old-nano" not in updated, "a node no artifact fits is never selected"
     assert all(len(plans) == 1 for plans in updated.values()), "each node is in exactly one Plan"
-    assert set(updated) == {"gpu-server", "gpu-box-2", "nano-c", "nano-1", "nano-2"}
+    assert set(updated) == {"gpu-server", "gpu-box-2", "gpu-box-3", "nano-c", "nano-1", "nano-2"}
 
 
 def test_a_mixed_fleet_rollout_leaves_the_orin_and_unlabelled_nodes_alone(
         stand_ins, tmp_path, monkeypatch, capsys) -> None:
     steps = [{"nodes": MIXED_FLEET, "plans": [], "jobs": []}]
     play(stand_ins, tmp_path, monkeypatch, {"steps": steps})
-    notes = rollout.preflight(mixed_options(), rollout.run_kubectl)
+    notes, control_plane = rollout.preflight(mixed_options(), rollout.run_kubectl)
     assert any("orin-1" in note and f"no {ORIN} artifact" in note for note in notes), notes
     assert any("old-nano" in note and "no update.gpu-k8s.io/device-type label" in note for note in notes), notes
+    assert control_plane[0].startswith("servers first, one at a time: gpu-server; each is cordoned, not drained")
+    assert "gpu-server is the only server" in control_plane[1]
+
+
+def test_a_server_only_device_type_needs_no_canary(stand_ins, tmp_path, monkeypatch) -> None:
+    steps = [{"nodes": [node("gpu-server", device_type=X86, server=True), node("nano-c", canary=True)],
+              "plans": [], "jobs": []}]
+    play(stand_ins, tmp_path, monkeypatch, {"steps": steps})
+    notes, _ = rollout.preflight(mixed_options(), rollout.run_kubectl)
+    assert notes == []
+
+
+def test_the_control_plane_plan_names_what_a_person_loses_meanwhile() -> None:
+    servers = [node(f"server-{n}", device_type=X86, server=True) for n in range(3)]
+    assert "the others keep the API server up" in rollout.control_plane_plan(servers, servers)[1]
+    assert "neither keeps quorum" in rollout.control_plane_plan(servers[:2], servers[:2])[1]
+    untouched = rollout.control_plane_plan(servers[:1], [])
+    assert untouched[0].startswith("no k3s server is updated") and "version skew" in untouched[1]
 
 
 def test_an_artifact_whose_device_type_matches_no_node_is_refused_before_anything_is_applied(
@@ -391,7 +490,7 @@ def test_an_artifact_whose_device_type_matches_no_node_is_refused_before_anythin
         rollout.run_rollout(wrong)
     message = str(refused.value)
     assert "no selected node has device type jetson-agx-orin-devkit" in message
-    assert f"{NANO} (3)" in message and f"{X86} (2)" in message, "names the types the cluster has"
+    assert f"{NANO} (3)" in message and f"{X86} (3)" in message, "names the types the cluster has"
     assert "applied" not in json.loads(scenario_file.read_text())
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import smoke_test
+from tools.smoke import smoke_test
 
 SSH = """
 import subprocess

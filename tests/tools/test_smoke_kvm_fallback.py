@@ -12,7 +12,7 @@ import pytest
 from test_qemu_command import CRASHES_UNDER_KVM, RECORD_PID, SERIAL_FILE
 from test_smoke_checks import KUBECTL, SSH, SYSTEMCTL
 
-from tools import qemu, smoke_test
+from tools.smoke import qemu, smoke_test
 
 # A guest whose SSH server answers on the forwarded port until QEMU is stopped.
 GUEST = SERIAL_FILE + """

@@ -11,7 +11,7 @@ import pytest
 from invoke import Collection
 
 import tasks
-from tools import lint, suite, venvs
+from tools.dev import lint, suite, venvs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,8 @@ def all_tasks() -> dict:
 
 def test_every_task_has_a_docstring_and_every_argument_has_help() -> None:
     found = all_tasks()
-    assert set(found) == {"build", "check-image", "flash", "smoke-test", "lint", "test", "rollout", "release"}
+    assert set(found) == {"build", "check-image", "flash", "smoke-test", "lint", "test", "rollout", "release",
+                          "status"}
     for name, task in found.items():
         assert task.body.__doc__ and task.body.__doc__.strip(), f"{name} has no docstring"
         parameters = [p for p in inspect.signature(task.body).parameters if p != "c"]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tools import build, check_image
-from tools import image_closure as ic
-from tools import image_requirements as req
+from tools.image import build, check_image
+from tools.image import closure as ic
+from tools.image import requirements as req
 from tools.paths import REPO_ROOT
 
 # MACHINEOVERRIDES of jetson-agx-thor-devkit as meta-tegra wrynose's machine includes compose

@@ -116,6 +116,18 @@ if words[:2] == ["get", "node"]:
         print('Error from server (NotFound): nodes "%s" not found' % words[2], file=sys.stderr)
         sys.exit(1)
     print(json.dumps(s["node"]))
+elif words[:2] == ["patch", "node"]:
+    # kubectl patch node NAME --type merge -p JSON: the node's own annotations (publish.py)
+    registered = s["node"]["metadata"]["name"] if s["node"] else None
+    if words[2] != registered:
+        print('Error from server (NotFound): nodes "%s" not found' % words[2], file=sys.stderr)
+        sys.exit(1)
+    patch = json.loads(words[words.index("-p") + 1])
+    annotations = s["node"]["metadata"].setdefault("annotations", {})
+    annotations.update(patch["metadata"]["annotations"])
+    s.setdefault("published", []).append(dict(patch["metadata"]["annotations"]))
+    save(s)
+    print("node/%s patched" % words[2])
 elif words[:2] == ["delete", "pod"]:
     s["smoke_pod"] = None
     save(s)
@@ -237,10 +249,15 @@ class SimulatedNode:
 
     backend = ""  # the ab_backend its images name
 
-    def __init__(self, root: Path, state: dict[str, Any], scripts: dict[str, str]) -> None:
+    def __init__(self, root: Path, state: dict[str, Any], scripts: dict[str, str], device_type: str = "") -> None:
         self.root = root
         self.bin = root / "bin"
         self.bin.mkdir(parents=True)
+        # Mender's device type, on the data partition (/var/lib/mender/device_type)
+        self.device_type = device_type
+        self.device_type_file = root / "data" / "mender" / "device_type"
+        self.device_type_file.parent.mkdir(parents=True, exist_ok=True)
+        self.device_type_file.write_text(f"device_type={device_type}\n")
         self.state_file = root / "board.json"
         self.image_info = root / "usr-share-gpu-k8s-update-image-info"
         self.boot_id_file = root / "boot_id"
@@ -266,6 +283,10 @@ class SimulatedNode:
             script.chmod(0o755)
         self._linux_up()
         self.register_plugin()
+
+    def make_server(self) -> None:
+        """A k3s server image: its server unit exists (the gate then needs its own API server)."""
+        (self.root / "k3s.service").write_text("[Service]\nExecStart=/usr/bin/k3s server\n")
 
     # --- state -------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -343,6 +364,9 @@ class SimulatedNode:
             "GPU_K8S_UPDATE_REBOOT_COMMAND": "reboot",
             "GPU_K8S_UPDATE_KUBECTL_COMMAND": "kubectl",
             "GPU_K8S_UPDATE_KUBECONFIGS": str(self.kubeconfig),
+            "GPU_K8S_UPDATE_STATUS_KUBECONFIGS": str(self.kubeconfig),
+            "GPU_K8S_UPDATE_K3S_SERVER_UNITS": str(self.root / "k3s.service"),
+            "GPU_K8S_UPDATE_MENDER_DEVICE_TYPE_FILE": str(self.device_type_file),
             "GPU_K8S_UPDATE_NODE_NAME": "nano-1",
             "GPU_K8S_UPDATE_DOCKER_SOCKET": "",
             "GPU_K8S_UPDATE_DOCKER_DAEMON": str(self.root / "no-dockerd"),
@@ -360,18 +384,22 @@ class SimulatedNode:
 
 # The program that prints the bootloader environment with each Mender integration.
 ENV_PRINTERS = {"mender-uboot": "fw_printenv", "mender-grub": "grub-mender-grubenv-print"}
+# Mender's device type of each simulated machine, unless a test names another.
+DEVICE_TYPES = {"mender-uboot": "jetson-nano-devkit", "mender-grub": "genericx86-64"}
 
 
 class Board(SimulatedNode):
     """A Jetson Nano (U-Boot, the default) or an x86-64 node (GRUB): two slots, a bootloader
     environment with Mender's boot counter, Mender's rootfs-image module, the API's view."""
 
-    def __init__(self, root: Path, running: str = "gpu-k8s-1.0.0", backend: str = "mender-uboot") -> None:
+    def __init__(self, root: Path, running: str = "gpu-k8s-1.0.0", backend: str = "mender-uboot",
+                 device_type: str = "") -> None:
         self.backend = backend
         super().__init__(root, {
             "bootenv": {"mender_boot_part": SLOT_A, "upgrade_available": "0", "bootcount": "0", "bootlimit": "1"},
             "slots": {SLOT_A: running, SLOT_B: "gpu-k8s-0.0.0"},
-        }, {"mender-update": _MENDER, ENV_PRINTERS[backend]: _PRINTENV})
+        }, {"mender-update": _MENDER, ENV_PRINTERS[backend]: _PRINTENV},
+            device_type or DEVICE_TYPES[backend])
 
     @property
     def pending(self) -> bool:

@@ -179,7 +179,8 @@ class TegraBoard(SimulatedNode):
 
     backend = "mender-tegra"
 
-    def __init__(self, root: Path, running: str = "gpu-k8s-1.0.0", firmware: str = "fw-1.0.0") -> None:
+    def __init__(self, root: Path, running: str = "gpu-k8s-1.0.0", firmware: str = "fw-1.0.0",
+                 device_type: str = "jetson-orin-nano-devkit-nvme") -> None:
         root.mkdir(parents=True)
         self.paths = {
             "pending": str(root / "data" / "mender" / "tegra-update-pending"),
@@ -208,7 +209,7 @@ class TegraBoard(SimulatedNode):
             "firmware_rejects_capsule": False,  # e.g. a capsule for another FMP GUID
             "rootfs_override": None,  # a root filesystem slot UEFI boots whatever the chain (a broken pairing)
             "units_ran": [], "verified": [], "resets": 0, "boot_log": [],
-        }, {"mender-update": _MENDER, "nvbootctrl": _NVBOOTCTRL, "systemctl": _SYSTEMCTL})
+        }, {"mender-update": _MENDER, "nvbootctrl": _NVBOOTCTRL, "systemctl": _SYSTEMCTL}, device_type)
 
     # --- what the tests look at --------------------------------------------------------
     @property

@@ -120,6 +120,19 @@ def test_unreachable_api_waits_for_the_grace_then_local_checks_suffice() -> None
     assert verdict.outcome is Outcome.PASS and "unreachable" in verdict.reason
 
 
+def test_a_server_never_passes_while_its_own_api_server_does_not_answer() -> None:
+    """A k3s server's API server comes up with the new slot: a server whose API never answers is a
+    failed update (the whole control plane), not a network outage to wait out."""
+    server = GatePolicy(timeout_s=900, gpu_expected=True, unreachable_grace_s=300, api_required=True)
+    offline = healthy(node=None, node_detail="connection refused")
+    waiting = decide.judge_health(offline, server, elapsed_s=600)
+    assert waiting.outcome is Outcome.WAIT and "this server's API server does not answer" in waiting.reason
+    failed = decide.judge_health(offline, server, elapsed_s=900)
+    assert failed.outcome is Outcome.FAIL and "API server does not answer (connection refused)" in failed.reason
+    back = decide.judge_health(healthy(), server, elapsed_s=650)
+    assert back.outcome is Outcome.PASS and "node Ready" in back.reason and "unreachable" not in back.reason
+
+
 def test_unreachable_api_never_excuses_a_failed_local_check() -> None:
     offline = healthy(node=None, node_detail="refused", plugin_registered=False, plugin_detail="not registered")
     assert decide.judge_health(offline, POLICY, elapsed_s=899).outcome is Outcome.WAIT
@@ -200,7 +213,8 @@ def test_a_bad_flag_value_is_refused_like_a_bad_variable() -> None:
      ("GPU_K8S_UPDATE_POLL_INTERVAL_S", "0", "greater than 0"),
      ("GPU_K8S_UPDATE_GPU", "maybe", "yes, no or auto"),
      ("GPU_K8S_UPDATE_MENDER_COMMAND", " ", "is empty"),
-     ("GPU_K8S_UPDATE_AB_BACKEND", "swupdate", "one of mender-grub, mender-uboot, mender-tegra")],
+     ("GPU_K8S_UPDATE_AB_BACKEND", "swupdate", "one of mender-grub, mender-uboot, mender-tegra"),
+     ("GPU_K8S_UPDATE_ROLE", "master", "server, agent or auto")],
 )
 def test_bad_settings_name_the_variable(variable: str, value: str, message: str) -> None:
     with pytest.raises(settings.SettingsError, match=message) as raised:

@@ -1,7 +1,7 @@
 """Jetson Orin (and Thor, the same route) through the real CLI on a simulated Tegra board
 (fake_tegra.py: meta-mender-tegra's native scheme, L4T's paired boot chain and root
 filesystem, UEFI's retry count, the watchdog), provisioned at flash time the way `./task
-flash` writes the data partition (tools/provision.py), with the layer's real gpu-k8s-data,
+flash` writes the data partition (tools/flash/provision.py), with the layer's real gpu-k8s-data,
 k3s-agent-configured and node-name scripts (provisioning.py)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fake_tegra import TegraBoard
 from gpu_k8s_update.ab.tegra import parse_slots_info
 from provisioning import SERIAL, Disks, gate_env, start_k3s
 
-from tools.provision import Provisioning, node_files, validate
+from tools.flash.provision import Provisioning, node_files, validate
 
 ORIN = "jetson-orin-nano-devkit-nvme"
 URL = f"https://updates.example/1.1.0/gpu-k8s-image-{ORIN}.mender"

@@ -1,4 +1,5 @@
-"""The fleet ring's prepare step: wait until the canary Plan completed this very version."""
+"""The agent rings' prepare step: wait until the server ring's (and the canary ring's) Plan
+completed this very version."""
 
 from __future__ import annotations
 
@@ -97,10 +98,13 @@ def test_wait_plan_reads_the_plan_over_tls_with_the_service_account(tmp_path) ->
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(plans.__file__).rsplit("/gpu_k8s_update/", 1)[0],
                "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(server.server_address[1]),
                "GPU_K8S_UPDATE_API_TOKEN": "sa-token", "GPU_K8S_UPDATE_API_CA": cert.read_text()}
-        result = run_agent(env, "wait-plan", "--plan", "gpu-k8s-os-canary", "--version", "1.1.0", timeout=30)
+        result = run_agent(env, "wait-plan", "--plan", "gpu-k8s-os-server", "--plan", "gpu-k8s-os-canary",
+                           "--version", "1.1.0", timeout=30)
     finally:
         server.shutdown()
         server.server_close()
     assert result.returncode == 0, describe(result)
-    assert seen == [("/apis/upgrade.cattle.io/v1/namespaces/system-upgrade/plans/gpu-k8s-os-canary",
-                     "Bearer sa-token")]
+    assert seen == [("/apis/upgrade.cattle.io/v1/namespaces/system-upgrade/plans/gpu-k8s-os-server",
+                     "Bearer sa-token"),
+                    ("/apis/upgrade.cattle.io/v1/namespaces/system-upgrade/plans/gpu-k8s-os-canary",
+                     "Bearer sa-token")], "each Plan in turn"

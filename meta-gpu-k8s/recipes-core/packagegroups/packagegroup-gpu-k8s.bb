@@ -28,11 +28,13 @@ RDEPENDS:${PN} = " \
 # The NVIDIA container stack differs per SoC (GPU_K8S_NVIDIA_CONTAINER_PACKAGES, classes/
 # gpu_k8s_platform.bbclass). nvidia-docker is left out: a CLI wrapper with its own daemon.json.
 # The GPU driver itself comes with the machine (packagegroup-machine-base in the image); on Thor
-# the unit that makes its device nodes (GPU_K8S_NVIDIA_NODES_PACKAGE) comes from here.
+# the unit that makes its device nodes (GPU_K8S_NVIDIA_NODES_PACKAGE) and pynvml for its GPU
+# utilization (GPU_K8S_NVML_PYTHON_PACKAGE) come from here.
 RDEPENDS:${PN}:append:tegra = " \
     ${GPU_K8S_NVIDIA_CONTAINER_PACKAGES} \
     ${GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE} \
     ${GPU_K8S_NVIDIA_NODES_PACKAGE} \
+    ${GPU_K8S_NVML_PYTHON_PACKAGE} \
     ${GPU_K8S_CUDA_PACKAGES} \
 "
 RDEPENDS:${PN}:append:qemuall = " gpu-k8s-preload-images"

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from gpu_k8s_update import __version__, decide, gate, logs, plans, settings, upgrade
+from gpu_k8s_update import __version__, decide, gate, logs, plans, publish, settings, upgrade
 from gpu_k8s_update.exits import EXIT_USAGE
 from gpu_k8s_update.node import Node
 from gpu_k8s_update.system import SystemStateError
@@ -48,8 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
                                          "job runs it)")
     upgrade_parser.add_argument("--version", required=True, dest="target_version",
                                 help="release version; the image's artifact_name is it or ends with -VERSION")
-    upgrade_parser.add_argument("--artifact-url", required=True,
-                                help="http(s) URL of the .mender artifact, or an absolute path (USB stick)")
+    source = upgrade_parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--artifact-url",
+                        help="http(s) URL of the .mender artifact, or an absolute path (USB stick)")
+    source.add_argument("--artifact", action="append", metavar="DEVICE_TYPE=URL",
+                        help="an artifact for one Mender device type (repeat for more): the node installs the one "
+                        "for its own device type (/var/lib/mender/device_type) and refuses, exit 8, when none fits")
     upgrade_parser.add_argument("--wait-for-gate", type=float, dest="wait_for_gate_s",
                                 help="seconds to wait for the health gate on the new slot (default 1200)")
 
@@ -58,9 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("forget", help="drop the marker, so a version that rolled back here may be tried again")
 
-    wait_parser = commands.add_parser("wait-plan", help="block until a system-upgrade-controller Plan completed a "
-                                      "version (the fleet ring's prepare step)")
-    wait_parser.add_argument("--plan", required=True, help="name of the Plan to wait for (the canary ring's)")
+    wait_parser = commands.add_parser("wait-plan", help="block until system-upgrade-controller Plans completed a "
+                                      "version (the agent rings' prepare step)")
+    wait_parser.add_argument("--plan", required=True, action="append", dest="plans",
+                             help="name of a Plan to wait for (the server ring's, the canary ring's); repeat to wait "
+                             "for each in turn")
     wait_parser.add_argument("--namespace", default="system-upgrade", help="its namespace (default system-upgrade)")
     wait_parser.add_argument("--version", required=True, dest="target_version", help="the version it must complete")
     wait_parser.add_argument("--poll-interval", type=float, default=15.0, dest="plan_poll_s",
@@ -96,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.command == "gate":
         return gate.run_gate(node)
     if arguments.command == "upgrade":
+        if arguments.artifact:
+            return upgrade.run_upgrade_for_device(node, arguments.target_version, arguments.artifact)
         return upgrade.run_upgrade(node, arguments.target_version, arguments.artifact_url)
     if arguments.command == "status":
         return _status(node, arguments.target_version)
@@ -106,11 +114,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _wait_plan(arguments: argparse.Namespace) -> int:
     try:
-        fetch = plans.fetch_plan_from_api(os.environ, arguments.namespace, arguments.plan)
+        fetchers = [(name, plans.fetch_plan_from_api(os.environ, arguments.namespace, name))
+                    for name in arguments.plans]
     except ValueError as error:
         log.error("%s", error)
         return plans.EXIT_USAGE
-    return plans.wait_for_plan(fetch, arguments.target_version, arguments.plan, time.sleep, arguments.plan_poll_s)
+    for name, fetch in fetchers:
+        plans.wait_for_plan(fetch, arguments.target_version, name, time.sleep, arguments.plan_poll_s)
+    return plans.EXIT_OK
 
 
 def _status(node: Node, version: str | None) -> int:
@@ -149,4 +160,10 @@ def _forget(node: Node) -> int:
     node.store.clear_marker()
     node.store.record("forget", version=marker.version, phase=marker.phase.value)
     log.info("forgot the %s marker for %s: the next rollout may try it again", marker.phase.value, marker.version)
+    try:
+        running = node.ab.booted_version()
+    except SystemStateError:
+        running = "?"
+    node.publish_state(publish.COMMITTED, running, f"{marker.version} forgotten by hand (was {marker.phase.value}); "
+                       f"running {running}")
     return 0

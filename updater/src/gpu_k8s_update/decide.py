@@ -107,7 +107,8 @@ def judge_health(facts: HealthFacts, policy: GatePolicy, elapsed_s: float) -> Ve
     Local checks (docker, kubelet, plugin registration) are always required. The API
     server's view (node Ready, GPUs allocatable) is required while it answers; when it has
     not answered for `unreachable_grace_s`, the local checks alone pass the gate, so a node
-    updated off-network or while its server is down keeps a good image."""
+    updated off-network or while its server is down keeps a good image. Not on a server
+    (policy.api_required): there the API server is part of what the update must bring back."""
     problems: list[str] = []
     if facts.docker_ok is False:
         problems.append(f"docker: {facts.docker_detail}")
@@ -123,6 +124,9 @@ def judge_health(facts: HealthFacts, policy: GatePolicy, elapsed_s: float) -> Ve
     unreachable_pass = False
     if facts.node is None and facts.api_answered:
         problems.append(f"API server: {facts.node_detail}")
+    elif facts.node is None and policy.api_required:
+        problems.append(f"this server's API server does not answer ({facts.node_detail}): a server passes only once "
+                        "its own API server is back and shows the node")
     elif facts.node is None:
         if elapsed_s >= policy.unreachable_grace_s:
             unreachable_pass = True

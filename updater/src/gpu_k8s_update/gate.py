@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from gpu_k8s_update import decide
+from gpu_k8s_update import decide, publish
 from gpu_k8s_update.ab.mender import MENDER_NO_UPDATE_IN_PROGRESS
 from gpu_k8s_update.exits import EXIT_ERROR, EXIT_NO_UPDATER, EXIT_OK
 from gpu_k8s_update.model import BootState, GateOutcome, GatePolicy, Marker, Outcome, Phase
@@ -33,8 +33,10 @@ def run_gate(node: Node) -> int:
     marker = store.load_marker()
     if not state.pending:
         if _committed_without_us(node, marker, booted):
+            node.publish_state(publish.FAILED, booted, (store.load_gate_result() or {}).get("reason", ""))
             return EXIT_OK
         log.info("gate: no update pending on %s (%s): nothing to decide", booted, node.ab.name)
+        _report_boot(node, marker, booted, boot_id)
         return EXIT_OK
     if marker is not None and marker.phase is Phase.INSTALLED and marker.boot_id == boot_id:
         log.info("gate: %s was installed in this boot; the gate decides after the reboot into it", marker.version)
@@ -54,11 +56,16 @@ def run_gate(node: Node) -> int:
     if unfit:
         return roll_back(node, booted, unfit)
     expected, why = decide.gpu_expected(settings.gpu, marker.gpus_before if marker else None)
-    policy = GatePolicy(settings.gate_timeout_s, expected, settings.unreachable_grace_s)
-    log.info("gate: judging %s within %.0fs as node %s (%s); %s; A/B backend %s", booted, policy.timeout_s,
-             node.node_name, node.node_name_source, why, node.ab.name)
+    server = node.is_server
+    policy = GatePolicy(settings.gate_timeout_s, expected, settings.unreachable_grace_s, api_required=server)
+    log.info("gate: judging %s within %.0fs as node %s (%s); %s; A/B backend %s; %s", booted, policy.timeout_s,
+             node.node_name, node.node_name_source, why, node.ab.name,
+             "a k3s server: its own API server must answer" if server else "an agent")
     store.record("gate-start", version=booted, gpu_expected=expected, why=why, node=node.node_name,
-                 node_name_from=node.node_name_source, backend=node.ab.name)
+                 node_name_from=node.node_name_source, backend=node.ab.name, server=server)
+    target = marker.version if marker else booted
+    node.publish_state(publish.PENDING, target, f"booted {booted}; the health gate is judging it (up to "
+                       f"{policy.timeout_s:.0f}s)")
     boot_time = node.host.boot_time()
     started = node.host.monotonic()
     last_reason = ""
@@ -142,8 +149,10 @@ def _commit(node: Node, version: str, reason: str) -> int:
         return roll_back(node, version, f"healthy, but mender-update commit failed: {result.last_line}")
     node.store.save_gate_result({"version": version, "outcome": GateOutcome.COMMITTED.value, "reason": reason})
     node.store.record("gate-committed", version=version, reason=reason)
+    target = _target_of(node, version)
     node.store.clear_marker()
     log.info("gate: %s committed", version)
+    node.publish_state(publish.COMMITTED, target, reason)
     return EXIT_OK
 
 
@@ -154,6 +163,8 @@ def roll_back(node: Node, version: str, reason: str) -> int:
     log.error("gate: rolling back %s: %s", version, reason)
     node.store.save_gate_result({"version": version, "outcome": GateOutcome.ROLLED_BACK.value, "reason": reason})
     node.store.record("gate-rollback", version=version, reason=reason)
+    node.publish_state(publish.ROLLED_BACK, _target_of(node, version), f"the gate said: {reason}; rebooting into "
+                       "the old slot")
     result = node.ab.rollback()
     if result.returncode != 0:
         log.warning(
@@ -161,6 +172,27 @@ def roll_back(node: Node, version: str, reason: str) -> int:
             result.returncode, result.last_line,
         )
     return reboot_and_wait(node, f"roll back {version}")
+
+
+def _target_of(node: Node, booted: str) -> str:
+    """The release version the rollout asked for (the marker's), else the booted artifact name."""
+    marker = node.store.load_marker()
+    return marker.version if marker is not None and decide.version_matches(booted, marker.version) else booted
+
+
+def _report_boot(node: Node, marker: Marker | None, booted: str, boot_id: str) -> None:
+    """A boot with nothing to judge still tells the cluster where the node stands: after a
+    rollback the old slot says so at once, not only when a rollout job runs again."""
+    if marker is None or marker.phase is not Phase.INSTALLED or marker.boot_id == boot_id:
+        return
+    if decide.version_matches(booted, marker.version):
+        return
+    last = node.store.load_gate_result() or {}
+    if decide.version_matches(str(last.get("version", "")), marker.version):
+        why = f"the gate said: {last.get('reason', '?')}"
+    else:
+        why = "no gate verdict was recorded: the new slot most likely never came up"
+    node.publish_state(publish.ROLLED_BACK, marker.version, f"back on {booted}; {why}")
 
 
 def reboot_and_wait(node: Node, why: str) -> int:

@@ -139,6 +139,9 @@ class GatePolicy:
     timeout_s: float
     gpu_expected: bool
     unreachable_grace_s: float  # how long the API may be unreachable before local checks suffice
+    # A server judges its own API server (the update brought it, and the cluster depends on it):
+    # an API server that never answers is a failed check, never an outage to wait out.
+    api_required: bool = False
 
 
 class Outcome(str, enum.Enum):

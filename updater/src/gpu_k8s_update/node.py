@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
-from gpu_k8s_update import k3s_node, probes, smoke
+from gpu_k8s_update import k3s_node, probes, publish, smoke
 from gpu_k8s_update.ab import ABBackend, backend_for
 from gpu_k8s_update.model import HealthFacts, NodeStatus
 from gpu_k8s_update.settings import Settings
 from gpu_k8s_update.state import StateStore
-from gpu_k8s_update.system import Host
+from gpu_k8s_update.system import Host, SystemStateError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -55,3 +58,39 @@ class Node:
 
     def node_status(self) -> tuple[NodeStatus | None, str, bool]:
         return probes.node_status(self.settings.kubectl_command, self.settings.kubeconfigs, self.node_name)
+
+    @property
+    def is_server(self) -> bool:
+        """A k3s server (control-plane node): its API server runs here."""
+        if self.settings.role != "auto":
+            return self.settings.role == "server"
+        return any(unit.is_file() for unit in self.settings.k3s_server_units)
+
+    def device_type(self) -> str:
+        """Mender's device type of this node ('device_type=...'), the one its artifacts must name."""
+        path = self.settings.mender_device_type_file
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as error:
+            raise SystemStateError(f"cannot read Mender's device type from {path}: {error.strerror}") from None
+        for line in text.splitlines():
+            key, sep, value = line.strip().partition("=")
+            if sep and key.strip() == "device_type" and value.strip():
+                return value.strip()
+        raise SystemStateError(f"{path} has no device_type=... line")
+
+    def publish_state(self, state: str, target: str, reason: str) -> bool:
+        """Best effort: the update state as annotations on this node's Node object (publish.py)."""
+        try:
+            booted = self.ab.booted_version()
+            slot = publish.slot_label(self.ab.slots())
+        except SystemStateError:
+            booted, slot = "?", "?"
+        values = publish.annotations(state, target, reason, booted, slot, self.ab.name)
+        done, detail = publish.publish(self.settings.kubectl_command, self.settings.status_kubeconfigs,
+                                       self.node_name, values)
+        if done:
+            log.debug("status %s %s published on node %s (%s)", state, target, self.node_name, detail)
+        else:
+            log.info("status %s %s not published on node %s: %s", state, target, self.node_name, detail)
+        return done

@@ -1,5 +1,6 @@
-"""`gpu-k8s-update wait-plan`: the fleet ring's prepare step. It blocks until the canary Plan
-has completed for this very version, so no fleet node starts before the canaries proved it.
+"""`gpu-k8s-update wait-plan`: the agent rings' prepare step. It blocks until each Plan it names
+has completed this very version, in turn: a canary waits for the server ring (no agent starts
+before every server runs the release), a fleet node for the server ring and its canaries.
 
 It runs as `chroot /host gpu-k8s-update wait-plan ...` in the job's prepare container. The
 chroot hides the pod's service-account files, so the container's shell passes the token and

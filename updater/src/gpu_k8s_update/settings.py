@@ -57,6 +57,25 @@ class Settings:
         Path("/etc/rancher/k3s/k3s.yaml"),  # servers: the admin kubeconfig k3s writes
         Path("/var/lib/rancher/k3s/agent/kubelet.kubeconfig"),  # agents: system:node:<name>
     )
+    # Where the node's update state is published (annotations on its own Node, publish.py): the
+    # kubelet's own credential first. The node authorizer lets a node patch its own Node object and
+    # NodeRestriction admits annotations (it restricts only labels and taints), so every node
+    # can write them, agents included; a server's admin kubeconfig and a provisioned one follow.
+    status_kubeconfigs: tuple[Path, ...] = (
+        Path("/var/lib/rancher/k3s/agent/kubelet.kubeconfig"),
+        Path("/etc/rancher/k3s/k3s.yaml"),
+        Path("/etc/gpu-k8s-update/kubeconfig"),
+    )
+    # server | agent | auto: a k3s server unit in the image (k3s_server_units) makes a server.
+    # The gate of a server judges its own API server: never passed on local checks alone.
+    role: str = "auto"
+    k3s_server_units: tuple[Path, ...] = (
+        Path("/usr/lib/systemd/system/k3s.service"),
+        Path("/lib/systemd/system/k3s.service"),
+    )
+    # Mender's own record of what this device is ("device_type=..."; /var/lib/mender is /data/mender):
+    # an artifact whose device types do not list it is one mender-update refuses.
+    mender_device_type_file: Path = Path("/var/lib/mender/device_type")
     # '' = the name k3s registers (k3s_node.py): node-name in its config, the layer's
     # hostname-serial / hostname-DMI-UUID name, K3S_NODE_NAME, the hostname.
     node_name: str = ""
@@ -90,7 +109,10 @@ FLAG_NAMES = {
 _COMMANDS = {"mender_command", "reboot_command", "kubectl_command", "node_name_command", "nvbootctrl_command",
              "systemctl_command"}
 _PATHS = {"state_dir", "image_info", "boot_id_file", "plugin_checkpoint", "docker_daemon", "k3s_config_dir",
-          "node_env_file", "tegra_pending_file", "tegra_update_module", "esp_capsule", "efivars_dir"}
+          "node_env_file", "tegra_pending_file", "tegra_update_module", "esp_capsule", "efivars_dir",
+          "mender_device_type_file"}
+_PATH_LISTS = {"kubeconfigs", "status_kubeconfigs", "k3s_server_units"}
+ROLES = ("auto", "server", "agent")
 _FLOATS = {"gate_timeout_s", "poll_interval_s", "unreachable_grace_s", "wait_for_gate_s", "reboot_wait_s",
            "smoke_timeout_s"}
 
@@ -135,9 +157,13 @@ def _parse(name: str, raw: str, source: str) -> object:
             raise SettingsError(f"{source} must be one of {', '.join(AB_BACKENDS)} (or empty: as the image says), "
                                 f"got {raw!r}")
         return raw
+    if name == "role":
+        if raw not in ROLES:
+            raise SettingsError(f"{source} must be server, agent or auto, got {raw!r}")
+        return raw
     if name == "docker_socket":
         return Path(raw) if raw else None
-    if name == "kubeconfigs":
+    if name in _PATH_LISTS:
         return tuple(Path(part) for part in raw.split(":") if part)
     if name in _PATHS:
         return Path(raw)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import logging
 import re
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from gpu_k8s_update import decide
+from gpu_k8s_update import decide, publish
 from gpu_k8s_update.ab.mender import MENDER_NO_UPDATE_IN_PROGRESS, MENDER_REBOOT_REQUIRED
 from gpu_k8s_update.exits import (
     EXIT_BUSY,
@@ -18,6 +19,7 @@ from gpu_k8s_update.exits import (
     EXIT_GATE_TIMEOUT,
     EXIT_GAVE_UP,
     EXIT_NO_UPDATER,
+    EXIT_NOT_FOR_THIS_DEVICE,
     EXIT_OK,
     EXIT_ROLLED_BACK,
     EXIT_UNGATED,
@@ -56,6 +58,28 @@ def check_arguments(version: str, source: str) -> None:
     )
 
 
+_DEVICE_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def parse_offers(offers: Sequence[str]) -> dict[str, str]:
+    """`--artifact TYPE=URL` values: one artifact per Mender device type."""
+    chosen: dict[str, str] = {}
+    for offer in offers:
+        device_type, sep, source = offer.partition("=")
+        if not sep or not _DEVICE_TYPE.match(device_type) or not source:
+            raise UsageError(f"--artifact {offer!r} is not DEVICE_TYPE=URL, e.g. "
+                             "jetson-nano-devkit=http://updates.lan/1.4.0/gpu-k8s-image-jetson-nano-devkit.mender")
+        if device_type in chosen and chosen[device_type] != source:
+            raise UsageError(f"--artifact names two artifacts for device type {device_type}: give one")
+        chosen[device_type] = source
+    return chosen
+
+
+def choose_artifact(offers: dict[str, str], device_type: str) -> str | None:
+    """The artifact for this node's own device type; None when none was offered for it."""
+    return offers.get(device_type)
+
+
 def observe(node: Node, version: str) -> UpdateFacts:
     state = node.ab.pending()
     last_gate = node.store.load_gate_result() or {}
@@ -69,6 +93,33 @@ def observe(node: Node, version: str) -> UpdateFacts:
         switch_staged=state.switch_staged,
         gate_outcome=str(last_gate.get("outcome")) if gate_about_target else None,
     )
+
+
+def run_upgrade_for_device(node: Node, version: str, offers: Sequence[str]) -> int:
+    """`upgrade --artifact TYPE=URL ...`: one job for several machines (the rollout's server ring
+    spans device types); each node installs only the artifact of its own Mender device type and
+    refuses, touching nothing, when none was offered for it."""
+    try:
+        chosen = parse_offers(offers)
+    except UsageError as error:
+        log.error("%s", error)
+        return EXIT_USAGE
+    try:
+        device_type = node.device_type()
+    except SystemStateError as error:
+        reason = f"cannot tell which artifact fits this node: {error}"
+        log.error("upgrade: %s", reason)
+        node.publish_state(publish.FAILED, version, reason)
+        return EXIT_NOT_FOR_THIS_DEVICE
+    source = choose_artifact(chosen, device_type)
+    if source is None:
+        reason = (f"no artifact for this node's device type {device_type} among {', '.join(sorted(chosen))}: "
+                  "nothing installed (is its update.gpu-k8s.io/device-type label wrong?)")
+        log.error("upgrade: %s", reason)
+        node.publish_state(publish.FAILED, version, reason)
+        return EXIT_NOT_FOR_THIS_DEVICE
+    log.info("upgrade: device type %s: artifact %s", device_type, source)
+    return run_upgrade(node, version, source)
 
 
 def run_upgrade(node: Node, version: str, source: str) -> int:
@@ -95,6 +146,7 @@ def run_upgrade(node: Node, version: str, source: str) -> int:
             log.info("upgrade to %s: %s: %s", version, decision.step.value, decision.reason)
             node.store.record("upgrade-" + decision.step.value, version=version, reason=decision.reason)
             announced = decision.step
+            _publish_step(node, version, decision.step, decision.reason)
         if decision.step is Step.DONE:
             if facts.marker is not None and facts.marker.version == version:
                 node.store.clear_marker()
@@ -122,6 +174,20 @@ def run_upgrade(node: Node, version: str, source: str) -> int:
         return _install(node, facts, source, clean_first=decision.clean_first)
 
 
+# What each step means for the published update state (ROLLED_BACK publishes its full reason itself).
+_STEP_STATES = {
+    Step.DONE: publish.COMMITTED, Step.WAIT_FOR_GATE: publish.PENDING, Step.REBOOT: publish.PENDING,
+    Step.INSTALL: publish.PENDING, Step.BUSY: publish.FAILED, Step.GIVE_UP: publish.FAILED,
+    Step.UNGATED: publish.FAILED,
+}
+
+
+def _publish_step(node: Node, version: str, step: Step, reason: str) -> None:
+    state = _STEP_STATES.get(step)
+    if state is not None:
+        node.publish_state(state, version, reason)
+
+
 def _report_rollback(node: Node, version: str, reason: str) -> int:
     gate = node.store.load_gate_result() or {}
     if gate.get("version") and decide.version_matches(str(gate["version"]), version):
@@ -144,6 +210,7 @@ def _report_rollback(node: Node, version: str, reason: str) -> int:
         log.warning("upgrade: mender-update rollback (cleanup) exit %d: %s", cleanup.returncode, cleanup.last_line)
     log.error("upgrade: %s. The rollout stops here; to try this version again on this node run "
               "'gpu-k8s-update forget' on it", reason)
+    node.publish_state(publish.ROLLED_BACK, version, reason)
     return EXIT_ROLLED_BACK
 
 
@@ -176,7 +243,10 @@ def _install(node: Node, facts: UpdateFacts, source: str, clean_first: bool) -> 
         log.error("upgrade: mender-update install failed (exit %d): %s", result.returncode, result.last_line)
         node.store.record("upgrade-install-failed", version=facts.target, returncode=result.returncode,
                           output=result.last_line)
+        node.publish_state(publish.FAILED, facts.target, f"mender-update install {source} failed (exit "
+                           f"{result.returncode}): {result.last_line}")
         return EXIT_ERROR
     node.store.save_marker(replace(marker, phase=Phase.INSTALLED))
     node.store.record("upgrade-installed", version=facts.target)
+    node.publish_state(publish.PENDING, facts.target, "installed in the other slot; rebooting into it")
     return reboot_and_wait(node, f"boot {facts.target}")

@@ -35,6 +35,8 @@ def call(socket_path: str, method: str, request: bytes, timeout: float) -> bytes
             return _read_response(sock, deadline)
         except TimeoutError:
             raise RpcFailure(StatusCode.DEADLINE_EXCEEDED, f"no answer within {timeout:g} s") from None
+        except h2.ProtocolError as exc:  # a frame no server may send: the call fails, the caller goes on
+            raise RpcFailure(StatusCode.INTERNAL, f"the server broke HTTP/2: {exc}") from None
         except OSError as exc:
             raise RpcFailure(StatusCode.UNAVAILABLE, f"connection to {socket_path} failed: "
                              f"{exc.strerror or exc}") from None
@@ -82,6 +84,9 @@ def _read_response(sock: socket.socket, deadline: float) -> bytes:
                 sock.sendall(h2.frame(h2.SETTINGS, h2.ACK, 0))
             elif kind == h2.PING and not flags & h2.ACK:
                 sock.sendall(h2.frame(h2.PING, h2.ACK, 0, payload))
+            elif kind == h2.GOAWAY and len(payload) < 8:
+                raise h2.ProtocolError(f"a GOAWAY of {len(payload)} bytes (RFC 9113 6.8: at least 8)",
+                                       h2.FRAME_SIZE_ERROR)
             elif kind == h2.GOAWAY and struct.unpack_from(">I", payload)[0] & h2.MAX_WINDOW < 1:
                 raise RpcFailure(StatusCode.UNAVAILABLE, "the server refused the call (GOAWAY)")
             elif stream_id != 1:

@@ -108,10 +108,11 @@ def settings(values: dict[int, int]) -> bytes:
     return frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", key, value) for key, value in values.items()))
 
 
-def parse_settings(payload: bytes) -> dict[int, int]:
+def parse_settings(payload: bytes) -> list[tuple[int, int]]:
+    """(identifier, value) in the frame's order: each must be applied as read (RFC 9113 6.5.3)."""
     if len(payload) % 6:
         raise ProtocolError("SETTINGS payload is not a multiple of 6 bytes", FRAME_SIZE_ERROR)
-    return dict(struct.unpack_from(">HI", payload, pos) for pos in range(0, len(payload), 6))
+    return [struct.unpack_from(">HI", payload, pos) for pos in range(0, len(payload), 6)]
 
 
 def window_update(stream_id: int, increment: int) -> bytes:
@@ -135,6 +136,26 @@ def unpadded(payload: bytes, flags: int) -> bytes:
     if payload[0] >= len(payload):
         raise ProtocolError("padding longer than the frame")
     return payload[1:len(payload) - payload[0]]
+
+
+def header_fragment(payload: bytes, flags: int, stream_id: int) -> tuple[bytes, bool]:
+    """A HEADERS payload's field block fragment, and whether its priority fields make the stream depend
+    on itself. Too short for the pad length and priority fields: FRAME_SIZE_ERROR; padding longer
+    than what is left after them: PROTOCOL_ERROR (RFC 9113 6.2)."""
+    if not flags & (PADDED | PRIORITY_FLAG):
+        return payload, False
+    start = 1 if flags & PADDED else 0
+    if flags & PRIORITY_FLAG:
+        start += 5
+    if len(payload) < start:
+        raise ProtocolError("HEADERS too short for its pad length and priority fields", FRAME_SIZE_ERROR)
+    end = len(payload)
+    if flags & PADDED:
+        end -= payload[0]
+        if end < start:
+            raise ProtocolError("padding longer than the frame")
+    self_dependent = bool(flags & PRIORITY_FLAG) and u31(payload[start - 5:start]) == stream_id
+    return payload[start:end], self_dependent
 
 
 def u31(payload: bytes) -> int:

@@ -212,7 +212,7 @@ def metrics_command(settings: Settings, prometheus: bool = False, nvml_module: A
     """Discover as the plugin does, read every GPU's metrics once, print them; 1 when there is no GPU."""
     from ..metrics.podresources import socket_beside
     from ..metrics.table import format_table
-    from ..metrics.telemetry import Telemetry, make_collectors
+    from ..metrics.telemetry import LIST_TIMEOUT_S, Telemetry, make_collectors
 
     choice, gpus, error = _discover_once(settings)
     why = error or choice.reason
@@ -220,7 +220,8 @@ def metrics_command(settings: Settings, prometheus: bool = False, nvml_module: A
         print(f"no GPU: {why}")
         return 1
     telemetry = Telemetry(lambda: make_collectors(gpus, settings.host_root, nvml_module=nvml_module),
-                          [gpu.id for gpu in gpus], socket_beside(settings.kubelet_socket))
+                          [gpu.id for gpu in gpus], socket_beside(settings.kubelet_socket),
+                          wait=LIST_TIMEOUT_S + 1)  # one read for a person: wait for the kubelet's answer
     try:
         if prometheus:
             print(telemetry.render(), end="")
@@ -229,7 +230,8 @@ def metrics_command(settings: Settings, prometheus: bool = False, nvml_module: A
         if not snapshot.samples:
             print(f"{len(gpus)} GPU(s) found ({gpus[0].backend}), but no telemetry source reads them")
             return 1
-        print(format_table(snapshot.samples, snapshot.holders, telemetry.node, snapshot.pods_error))
+        print(format_table(snapshot.samples, snapshot.holders, telemetry.node, snapshot.pods_error,
+                           snapshot.pods_age))
         return 0
     finally:
         telemetry.close()

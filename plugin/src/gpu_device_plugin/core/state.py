@@ -53,6 +53,11 @@ class DeviceState:
             listener(gpu_id, health)
         return True
 
+    @property
+    def version(self) -> int:
+        """Moves whenever the devices or their health change (a plain read: an int is atomic)."""
+        return self._version
+
     def snapshot(self) -> tuple[int, list[tuple[str, bool, int | None]]]:
         with self._cond:
             return self._version, device_states(self._devices, self._health)

@@ -2,8 +2,10 @@
 
 The table below has the format of dcgm-exporter's etc/default-counters.csv (field, Prometheus
 type, help), and names every field that list enables, with the same names, types and units,
-so dashboards and alerts written for dcgm-exporter work unchanged. The help texts are our
-own. A field is exported only for a GPU whose collector reads a value for it: what the
+so dashboards and alerts written for dcgm-exporter work unchanged, less the vGPU licence
+(only a vGPU guest has one; our images run the driver on bare metal) and with one type
+corrected: DCGM publishes NVLINK_BANDWIDTH_TOTAL as a rate, which dcgm-exporter's list calls a
+counter. The help texts are our own. A field is exported only for a GPU whose collector reads a value for it: what the
 hardware cannot give is absent, never zero. `label` rows become labels of every series.
 """
 
@@ -27,7 +29,13 @@ FB_RESERVED = "DCGM_FI_DEV_FB_RESERVED"
 UNCORRECTABLE_REMAPPED_ROWS = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
 CORRECTABLE_REMAPPED_ROWS = "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"
 ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+NVLINK_BANDWIDTH_TOTAL = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
 DRIVER_VERSION = "DCGM_FI_DRIVER_VERSION"
+GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+PIPE_TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
+PCIE_TX_BYTES = "DCGM_FI_PROF_PCIE_TX_BYTES"
+PCIE_RX_BYTES = "DCGM_FI_PROF_PCIE_RX_BYTES"
 
 COUNTERS_CSV = """\
 # DCGM field, Prometheus type, help
@@ -46,17 +54,16 @@ DCGM_FI_DEV_XID_ERRORS, gauge, The last Xid error seen on this GPU (0: none sinc
 DCGM_FI_DEV_FB_FREE, gauge, GPU memory free (in MiB).
 DCGM_FI_DEV_FB_USED, gauge, GPU memory used (in MiB).
 DCGM_FI_DEV_FB_RESERVED, gauge, GPU memory the driver reserves (in MiB).
-DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, NVLink traffic over all links.
-DCGM_FI_DEV_VGPU_LICENSE_STATUS, gauge, vGPU licence state.
+DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, NVLink data sent and received on all links since the last scrape (in MiB/s).
 DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, Memory rows remapped after uncorrectable errors.
 DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, counter, Memory rows remapped after correctable errors.
 DCGM_FI_DEV_ROW_REMAP_FAILURE, gauge, 1 when a memory row could not be remapped.
 DCGM_FI_DRIVER_VERSION, label, Driver version.
-DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, Ratio of time the graphics engine was active.
-DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, gauge, Ratio of cycles the tensor pipe was active.
-DCGM_FI_PROF_DRAM_ACTIVE, gauge, Ratio of cycles the memory interface was busy.
-DCGM_FI_PROF_PCIE_TX_BYTES, gauge, PCIe transmit rate (in bytes per second).
-DCGM_FI_PROF_PCIE_RX_BYTES, gauge, PCIe receive rate (in bytes per second).
+DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, Ratio of the time since the last scrape a graphics/compute engine was busy (0-1).
+DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, gauge, Ratio of the time since the last scrape the SMs ran tensor operations (0-1).
+DCGM_FI_PROF_DRAM_ACTIVE, gauge, Ratio of the device memory bandwidth used since the last scrape (0-1).
+DCGM_FI_PROF_PCIE_TX_BYTES, gauge, PCIe data the GPU sent since the last scrape (in B/s).
+DCGM_FI_PROF_PCIE_RX_BYTES, gauge, PCIe data the GPU received since the last scrape (in B/s).
 """
 
 KINDS = ("gauge", "counter", "label")

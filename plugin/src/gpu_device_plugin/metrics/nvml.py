@@ -2,7 +2,8 @@
 
 One NVML session for the collector's life (nvmlInit is reference-counted, so the health
 monitor's own session is unaffected); handles and static labels are looked up once. Each
-query stands alone: one the GPU or driver does not support leaves its field out.
+query stands alone: one the GPU or driver does not support leaves its field out. Fields
+measured between two scrapes (GPM's profiling metrics, NVLink traffic) are nvml_rates'.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..discovery.nvml_lib import is_nvml_error, load_nvml, nvml_init, nvml_shutd
 from ..model import Gpu
 from . import fields
 from .collector import GpuLabels, GpuSample, XidSource, no_xids
+from .nvml_rates import GpmReader, NvlinkReader, field_number
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +26,6 @@ MIB = 1024 * 1024
 NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
 NVML_TEMPERATURE_GPU = 0
 NVML_FI_DEV_MEMORY_TEMP = 82
-NVML_SUCCESS = 0
-# nvmlValueType_t -> the member of nvmlValue_t that holds it
-_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
 class NvmlCollector:
@@ -38,6 +37,7 @@ class NvmlCollector:
         self._xids = xids
         self._nvml: Any = None
         self._devices: list[tuple[Gpu, Any, GpuLabels]] = []
+        self._rates: dict[str, list[GpmReader | NvlinkReader]] = {}  # GPU ID -> its between-scrapes readers
         self._warned = False
 
     def _start(self) -> bool:
@@ -64,6 +64,9 @@ class NvmlCollector:
                 gpu=str(gpu.index), uuid=gpu.id, device=f"nvidia{gpu.index}", model_name=gpu.name,
                 pci_bus_id=text(pci.busId) if pci is not None else "", driver_version=driver)))
         self._nvml, self._devices = nvml, devices
+        for gpu, handle, _ in devices:
+            gpm = GpmReader.open(nvml, handle)
+            self._rates[gpu.id] = [reader for reader in (gpm, NvlinkReader(nvml, handle)) if reader is not None]
         return True
 
     @staticmethod
@@ -84,6 +87,8 @@ class NvmlCollector:
         samples = []
         for gpu, handle, gpu_labels in self._devices:
             values = self.read(handle)
+            for reader in self._rates.get(gpu.id, ()):
+                values.update(reader.read())
             xid = self._xids(gpu.id)
             if xid is not None:
                 values[fields.XID_ERRORS] = xid
@@ -145,12 +150,13 @@ class NvmlCollector:
     def _field_value(self, handle: Any, field_id: int) -> float | None:
         nvml = self._nvml
         found = self._call(nvml, lambda: nvml.nvmlDeviceGetFieldValues(handle, [field_id]))
-        if not found or int(found[0].nvmlReturn) != NVML_SUCCESS:
-            return None
-        member = _VALUE_MEMBERS.get(int(found[0].valueType))
-        return getattr(found[0].value, member) if member else None
+        return field_number(found[0]) if found else None
 
     def close(self) -> None:
         if self._nvml is not None:
+            for readers in self._rates.values():
+                for reader in readers:
+                    if isinstance(reader, GpmReader):
+                        reader.close()
             nvml_shutdown(self._nvml)
-            self._nvml, self._devices = None, []
+            self._nvml, self._devices, self._rates = None, [], {}

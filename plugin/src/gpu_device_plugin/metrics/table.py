@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 
 from . import fields
-from .attribution import Holder, describe
+from .attribution import Holder, attribute
 from .collector import GpuSample
 from .exposition import format_value
 
@@ -24,8 +24,13 @@ def unit(field: fields.Field) -> str:
     return found.group(1) if found else ""
 
 
+def shares(sample: GpuSample, holders: Mapping[str, Sequence[Holder]]) -> list[tuple[Holder, float]]:
+    [gpu] = attribute([sample], holders)
+    return [(share.holder, share.fraction) for share in gpu.shares]
+
+
 def format_table(samples: Sequence[GpuSample], holders: Mapping[str, Sequence[Holder]], node: str,
-                 pods_error: str = "") -> str:
+                 pods_error: str = "", pods_age: float | None = None) -> str:
     lines = []
     width = max(len(field.name) for field in fields.METRICS)
     for sample in samples:
@@ -43,9 +48,11 @@ def format_table(samples: Sequence[GpuSample], holders: Mapping[str, Sequence[Ho
         if missing:
             lines += textwrap.wrap(f"not available on this GPU: {', '.join(missing)}", 100,
                                    initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
-        held = describe(holders).get(labels.uuid)
+        held = [f"{h.namespace}/{h.pod} ({h.container}{', replica ' + h.vgpu if h.vgpu else ''}"
+                f"{'' if fraction == 1 else f', share {fraction:.3g}'})" for h, fraction in shares(sample, holders)]
         lines.append(f"  held by: {', '.join(held)}" if held else "  held by: no container")
     if pods_error:
-        lines.append(f"pod labels unavailable: {pods_error}")
+        since = f"the kubelet's answer of {pods_age:.0f} s ago" if pods_age is not None else "none"
+        lines.append(f"pod labels: {since} (the kubelet did not answer now: {pods_error})")
     lines.append(f"{fields.XID_ERRORS}: only the running plugin's /metrics has it (its health monitor sees the Xids)")
     return "\n".join(lines)

@@ -5,7 +5,7 @@ kernel's own files, the ones tegrastats and jtop read. Per generation:
 
 | field | Nano, L4T R32 (nvgpu, kernel 4.9) | Orin, R36/R39 (nvgpu) | Thor, R38+ (unified driver) |
 |---|---|---|---|
-| GPU_UTIL | nvgpu `load` (per mille) | nvgpu `load` | - (no load file) |
+| GPU_UTIL | nvgpu `load` (per mille) | nvgpu `load` | NVML utilization (no load file; OpenRM answers NVML) |
 | SM_CLOCK | GPU devfreq `cur_freq` (Hz) | GPU devfreq | devfreq `gpu-gpc-0` |
 | MEM_CLOCK | debugfs `clk/emc/clk_rate` | debugfs `bpmp/debug/clk/emc/rate` | devfreq `bwmgr` |
 | GPU_TEMP | thermal zone `GPU-therm` | zone `gpu-thermal` | zone `gpu-thermal` (unreadable while power-gated) |
@@ -17,6 +17,9 @@ Memory is shared with the CPU: FB_USED is MemTotal - MemAvailable (what the boar
 GPU use together), FB_FREE is MemAvailable (what a new GPU allocation can still get). Only
 a rail that feeds the GPU alone counts as its power: the Orin Nano/NX's VDD_CPU_GPU_CV and
 the AGX Orin's VDD_GPU_SOC also feed other blocks, so POWER_USAGE is absent there.
+Thor's GPU runs on NVIDIA's open driver (OpenRM), not nvgpu: it has no `load` file, and its
+driver answers NVML through L4T's libnvidia-ml (meta-tegra's tegra-libraries-nvml, which the
+toolkit pulls in), so its utilization is NVML's, read through pynvml when the image has it.
 Where each path comes from: tests/plugin/fixtures/telemetry/README.md.
 """
 
@@ -24,8 +27,10 @@ import glob
 import logging
 import os
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from ..discovery.base import DiscoveryError
+from ..discovery.nvml_lib import load_nvml, nvml_init, nvml_shutdown
 from ..model import Gpu
 from . import fields
 from .collector import GpuLabels, GpuSample, XidSource, no_xids
@@ -44,6 +49,7 @@ MEM_CLOCK_FILES = (
 # nvgpu links its device as gpu.0 beside itself and (kernels after 4.14) one level up
 GPU_LINKS = ("/sys/devices/gpu.0", "/sys/devices/platform/gpu.0", "/sys/devices/platform/bus@0/gpu.0")
 THOR_GPC_DEVFREQ = "/sys/class/devfreq/gpu-gpc-0"
+OPENRM = "openrm-l4t"  # discovery's gpu_driver property of an iGPU on NVIDIA's open driver (Thor)
 
 
 class Rail(NamedTuple):
@@ -202,14 +208,60 @@ def labels(gpu: Gpu) -> GpuLabels:
                      driver_version=gpu.properties.get("l4t", ""))
 
 
+class OpenRmUtilization:
+    """GPU_UTIL of an iGPU on the open driver (Thor) from NVML, one session for the collector's life."""
+
+    def __init__(self, nvml_module: Any = None) -> None:
+        self._nvml_module = nvml_module
+        self._nvml: Any = None
+        self._handles: dict[str, Any] = {}
+        self._failed = False
+
+    def _start(self) -> bool:
+        if self._nvml is not None:
+            return True
+        if self._failed:
+            return False
+        try:
+            nvml = load_nvml(self._nvml_module)
+            nvml_init(nvml)
+        except DiscoveryError as exc:
+            log.warning("no GPU utilization for Thor's GPU: %s", exc)
+            self._failed = True
+            return False
+        self._nvml = nvml
+        return True
+
+    def read(self, gpu: Gpu) -> float | None:
+        uuid = gpu.properties.get("uuid", "")
+        if not uuid or not self._start():
+            return None
+        nvml = self._nvml
+        try:
+            if uuid not in self._handles:
+                self._handles[uuid] = nvml.nvmlDeviceGetHandleByUUID(uuid.encode())
+            return float(nvml.nvmlDeviceGetUtilizationRates(self._handles[uuid]).gpu)
+        except Exception as exc:  # not supported, GPU lost, an older binding: the field stays out
+            log.debug("NVML utilization of %s: %s", uuid, exc)
+            self._handles.pop(uuid, None)
+            return None
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            nvml_shutdown(self._nvml)
+        self._nvml, self._handles = None, {}
+
+
 class TegraCollector:
     name = "tegra"
 
-    def __init__(self, gpus: Sequence[Gpu], root: str = "/", xids: XidSource = no_xids) -> None:
+    def __init__(self, gpus: Sequence[Gpu], root: str = "/", xids: XidSource = no_xids,
+                 nvml_module: Any = None) -> None:
         self._gpus = [gpu for gpu in gpus if gpu.backend == "tegra"]
         self._root = root
         self._xids = xids
         self._sources: Sources | None = None
+        self._openrm = OpenRmUtilization(nvml_module)
 
     @property
     def sources(self) -> Sources:
@@ -226,6 +278,10 @@ class TegraCollector:
         samples = []
         for gpu in self._gpus:
             own = dict(values)
+            if fields.GPU_UTIL not in own and gpu.properties.get("gpu_driver") == OPENRM:
+                busy = self._openrm.read(gpu)
+                if busy is not None:
+                    own[fields.GPU_UTIL] = busy
             xid = self._xids(gpu.id)
             if xid is not None:
                 own[fields.XID_ERRORS] = xid
@@ -233,4 +289,4 @@ class TegraCollector:
         return samples
 
     def close(self) -> None:
-        pass
+        self._openrm.close()

@@ -3,13 +3,14 @@
 Sampled on scrape: nothing runs between scrapes, so an idle plugin stays idle with
 telemetry on. The files and NVML handles are looked up on the first scrape and kept; the
 values are read again on each, unless the last read is younger than `max_age` (two
-Prometheus servers, or a scrape storm, cost one read). Collectors are imported and built on
-first use, so a plugin whose /metrics nobody scrapes never loads them.
+Prometheus servers, or a scrape storm, cost one read). Who holds which GPU comes from
+`pod_mapping`, which never makes a scrape wait on a stuck kubelet. Collectors are imported
+and built on first use, so a plugin whose /metrics nobody scrapes never loads them.
 """
 
-import logging
-import os
-import socket
+from __future__ import annotations
+
+import functools
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -17,26 +18,26 @@ from typing import Any, NamedTuple
 
 from ..config.settings import DEFAULT_RESOURCE, Settings
 from ..model import Gpu
+from ..observability.node import node_name
 from . import attribution, exposition
 from .collector import Collector, GpuSample, XidSource, no_xids
-
-log = logging.getLogger(__name__)
+from .pod_mapping import Holders, NoKubelet, PodMapping, PodView
 
 # both names our plugin can advertise (policy.resource_name: renameByDefault adds ".shared")
 OUR_RESOURCES = (DEFAULT_RESOURCE, f"{DEFAULT_RESOURCE}.shared")
 MAX_AGE_S = 1.0
+LIST_TIMEOUT_S = 5.0  # one PodResources List, on its own thread: bounds how long a read stays in flight
+UP = "gpu_device_plugin_pod_resources_up"
+AGE = "gpu_device_plugin_pod_labels_age_seconds"
+
+hostname = node_name  # dcgm-exporter's Hostname label: NODE_NAME when set, else the host's name
 
 
 class Snapshot(NamedTuple):
     samples: list[GpuSample]
-    holders: dict[str, list[attribution.Holder]]  # GPU ID -> containers holding it
-    pods_error: str = ""  # why pod labels are missing, when the kubelet did not answer
-
-
-def hostname(environ: dict[str, str] | None = None) -> str:
-    """dcgm-exporter's Hostname label: NODE_NAME when set, else the host's name."""
-    environ = os.environ if environ is None else environ
-    return environ.get("NODE_NAME") or socket.gethostname()
+    holders: Holders  # GPU ID -> containers holding it, from the kubelet's last answer
+    pods_error: str = ""  # why that answer may be stale: the kubelet's last read failed
+    pods_age: float | None = None  # seconds since that answer; None: never had one
 
 
 def make_collectors(gpus: Sequence[Gpu], host_root: str = "/", xids: XidSource = no_xids,
@@ -51,8 +52,38 @@ def make_collectors(gpus: Sequence[Gpu], host_root: str = "/", xids: XidSource =
     if "tegra" in backends:
         from .tegra import TegraCollector
 
-        collectors.append(TegraCollector(gpus, host_root, xids))
+        collectors.append(TegraCollector(gpus, host_root, xids, nvml_module))
     return collectors
+
+
+HolderMapper = Callable[[Sequence[Any]], Holders]  # PodResources' pods -> GPU ID -> holders
+
+
+def kubelet_holders(socket_path: str, mappers: Sequence[HolderMapper], timeout: float = LIST_TIMEOUT_S) -> Holders:
+    """One PodResources List, mapped by each source of holders (the device plugin's devices; a DRA
+    driver's claims) and merged; NoKubelet when nothing serves the socket."""
+    from .podresources import list_pods
+
+    pods = list_pods(socket_path, timeout)
+    if pods is None:
+        raise NoKubelet(f"no PodResources socket at {socket_path} (no kubelet yet)")
+    return attribution.merge(*(mapper(pods) for mapper in mappers))
+
+
+def device_plugin_mapper(resources: Collection[str], gpu_ids: Collection[str]) -> HolderMapper:
+    """Our device plugin's devices (whole GPUs and time-slicing replicas) among the pods' devices."""
+    return functools.partial(attribution.holders_by_gpu, resources=set(resources), gpu_ids=set(gpu_ids))
+
+
+def pod_status_lines(view: PodView, node: str) -> list[str]:
+    """How fresh the pod labels are: the kubelet answering or not, and the age of its last answer."""
+    label = f'{{Hostname="{exposition.escape(node)}"}}'
+    lines = [f"# HELP {UP} 1 when the kubelet's last PodResources List answered; 0 while pod labels come from an "
+             "older answer (or none).", f"# TYPE {UP} gauge", f"{UP}{label} {int(view.answering)}"]
+    if view.age is not None:
+        lines += [f"# HELP {AGE} Seconds since the kubelet gave the pod-to-GPU mapping the pod labels come from.",
+                  f"# TYPE {AGE} gauge", f"{AGE}{label} {exposition.format_value(round(view.age, 3))}"]
+    return lines
 
 
 class Telemetry:
@@ -65,23 +96,27 @@ class Telemetry:
         resources: Collection[str] = OUR_RESOURCES,
         node: str | None = None,
         max_age: float = MAX_AGE_S,
+        wait: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        read_holders: Callable[[], Holders] | None = None,
     ) -> None:
         self._make = make
         self._collectors: list[Collector] | None = None
-        self._gpu_ids = set(gpu_ids)
-        self._socket = pod_resources_socket
-        self._resources = set(resources)
         self._node = node
         self._max_age = max_age
         self._clock = clock
-        self._lock = threading.Lock()  # one read at a time: concurrent scrapes share it
-        self._last: tuple[float, Snapshot] | None = None
-        self._pods_error = ""
+        self._lock = threading.Lock()  # the collectors and the sample cache; never held across the kubelet
+        self._last: tuple[float, list[GpuSample]] | None = None
+        ids = set(gpu_ids)
+        if read_holders is None and pod_resources_socket and ids:
+            mappers = [device_plugin_mapper(resources, ids)]
+            read_holders = functools.partial(kubelet_holders, pod_resources_socket, mappers)
+        self._pods = None if read_holders is None else PodMapping(
+            read_holders, max_age=max_age, clock=clock, **({} if wait is None else {"wait": wait}))
 
     @classmethod
     def for_plugin(cls, settings: Settings, gpus: Sequence[Gpu], monitor: object = None,
-                   nvml_module: Any = None) -> "Telemetry":
+                   nvml_module: Any = None) -> Telemetry:
         """What the daemon serves: its GPUs, Xids from its health monitor, the kubelet beside its socket."""
         from .podresources import socket_beside
 
@@ -95,7 +130,7 @@ class Telemetry:
             self._node = hostname()
         return self._node
 
-    def snapshot(self) -> Snapshot:
+    def samples(self) -> list[GpuSample]:
         with self._lock:
             now = self._clock()
             if self._last is not None and now - self._last[0] < self._max_age:
@@ -103,32 +138,28 @@ class Telemetry:
             if self._collectors is None:
                 self._collectors = self._make()
             samples = [sample for collector in self._collectors for sample in collector.collect()]
-            # no series to label (simulated GPUs, NVML gone): no question to the kubelet
-            snapshot = Snapshot(samples, self._holders() if samples else {}, self._pods_error)
-            self._last = (self._clock(), snapshot)
-            return snapshot
+            self._last = (self._clock(), samples)
+            return samples
 
-    def _holders(self) -> dict[str, list[attribution.Holder]]:
-        if not self._socket or not self._gpu_ids:
-            return {}
-        from .podresources import PodResourcesError, list_pods
+    def pods(self) -> PodView | None:
+        """The kubelet's last mapping; None when there is none to ask (no socket, no GPU)."""
+        return self._pods.view() if self._pods is not None else None
 
-        try:
-            pods = list_pods(self._socket)
-        except PodResourcesError as exc:
-            if str(exc) != self._pods_error:  # once per new failure, not per scrape
-                log.warning("GPU metrics without pod labels: the kubelet's PodResources service did not "
-                            "answer (%s)", exc)
-            self._pods_error = str(exc)
-            return {}
-        if self._pods_error:
-            log.info("the kubelet's PodResources service answers again: GPU metrics carry pod labels")
-            self._pods_error = ""
-        return attribution.holders_by_gpu(pods or (), self._resources, self._gpu_ids)
+    def snapshot(self) -> Snapshot:
+        samples = self.samples()
+        # no series to label (simulated GPUs, NVML gone): no question to the kubelet
+        view = self.pods() if samples else None
+        if view is None:
+            return Snapshot(samples, {})
+        return Snapshot(samples, view.holders, view.error, view.age)
 
     def render(self) -> str:
-        snapshot = self.snapshot()
-        return exposition.render(snapshot.samples, snapshot.holders, self.node)
+        samples = self.samples()
+        view = self.pods() if samples else None
+        text = exposition.render(attribution.attribute(samples, view.holders if view else {}), self.node)
+        if view is not None:
+            text += "\n".join(pod_status_lines(view, self.node)) + "\n"
+        return text
 
     def close(self) -> None:
         with self._lock:

@@ -33,6 +33,7 @@ class Status(NamedTuple):
     config_reloads: int
     config_rejections: int
     state: str = ""  # what the session is doing or waiting for (readiness' STATUS= line)
+    node: str = ""  # the Hostname label on every series, as on the GPUs' (observability.node)
 
 
 def health_status(status: Status) -> tuple[int, str]:
@@ -51,23 +52,34 @@ def health_status(status: Status) -> tuple[int, str]:
     return (503, "unhealthy: " + "; ".join(problems)) if problems else (200, "ok")
 
 
+def _labels(*pairs: tuple[str, str]) -> str:
+    """{key="value",...} of the pairs with a value, escaped as the exposition format wants."""
+    escaped = ((key, value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"'))
+               for key, value in pairs if value)
+    inside = ",".join(f'{key}="{value}"' for key, value in escaped)
+    return f"{{{inside}}}" if inside else ""
+
+
 def render_metrics(status: Status) -> str:
+    """The plugin's own figures, each with the node's `Hostname` (so a dashboard's node filter
+    selects them with the GPUs' series)."""
     prefix = "gpu_device_plugin"
-    resource = f'resource="{status.resource}"'
+    node = ("Hostname", status.node)
+    resource = ("resource", status.resource)
     lines = [
         f"# HELP {prefix}_info Build and discovery facts.",
         f"# TYPE {prefix}_info gauge",
-        f'{prefix}_info{{version="{status.version}",backend="{status.backend}"}} 1',
+        f"{prefix}_info{_labels(('version', status.version), ('backend', status.backend), node)} 1",
         f"# HELP {prefix}_devices Advertised devices by health.",
         f"# TYPE {prefix}_devices gauge",
-        f'{prefix}_devices{{{resource},health="healthy"}} {status.healthy_devices}',
-        f'{prefix}_devices{{{resource},health="unhealthy"}} {status.unhealthy_devices}',
+        f"{prefix}_devices{_labels(resource, ('health', 'healthy'), node)} {status.healthy_devices}",
+        f"{prefix}_devices{_labels(resource, ('health', 'unhealthy'), node)} {status.unhealthy_devices}",
         f"# HELP {prefix}_registered 1 while registered with the kubelet.",
         f"# TYPE {prefix}_registered gauge",
-        f"{prefix}_registered{{{resource}}} {int(status.registered)}",
+        f"{prefix}_registered{_labels(resource, node)} {int(status.registered)}",
         f"# HELP {prefix}_list_and_watch_streams Open ListAndWatch streams.",
         f"# TYPE {prefix}_list_and_watch_streams gauge",
-        f"{prefix}_list_and_watch_streams {status.streams}",
+        f"{prefix}_list_and_watch_streams{_labels(node)} {status.streams}",
     ]
     counters = {
         "registrations": (status.registrations, "Successful registrations with the kubelet."),
@@ -80,7 +92,7 @@ def render_metrics(status: Status) -> str:
     }
     for name, (value, help_text) in counters.items():
         lines += [f"# HELP {prefix}_{name}_total {help_text}", f"# TYPE {prefix}_{name}_total counter",
-                  f"{prefix}_{name}_total {value}"]
+                  f"{prefix}_{name}_total{_labels(node)} {value}"]
     return "\n".join(lines) + "\n"
 
 

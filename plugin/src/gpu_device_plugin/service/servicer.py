@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 request_log = logging.getLogger(REQUESTS)  # one line each, rate-limited (logs.RequestNoise)
 
 MAX_STREAMS = 2  # the kubelet's stream, and one more (a re-dial overlapping, or a debugging client)
+# containers in one Allocate or GetPreferredAllocation: the kubelet asks for one per call; a request
+# for more is refused before any answer is built (200,000 of them made a 14 MB answer and a 5 s stall)
+MAX_CONTAINERS = 64
 
 
 class StreamSlots:
@@ -45,9 +48,9 @@ class StreamSlots:
         with self._lock:
             self._kubelet_expected = True
 
-    def admit(self) -> tuple[int, threading.Event, bool] | None:
-        """A slot for a new stream (its number, its "end now" flag, whether it ended older streams),
-        or None when refused."""
+    def admit(self) -> tuple[int, threading.Event, bool, bool] | None:
+        """A slot for a new stream (its number, its "end now" flag, whether it is the kubelet's, whether
+        it ended older streams), or None when refused."""
         with self._lock:
             replaces_all = self._kubelet_expected
             if not replaces_all and len(self._open) >= self.limit:
@@ -59,7 +62,7 @@ class StreamSlots:
             self._next += 1
             end = threading.Event()
             self._open[self._next] = end
-            return self._next, end, replaces_all and len(self._open) > 1
+            return self._next, end, replaces_all, replaces_all and len(self._open) > 1
 
     def release(self, number: int) -> None:
         with self._lock:
@@ -79,6 +82,7 @@ class DevicePluginServicer:
         self._on_allocate = on_allocate or (lambda ids: None)
         self._stopped = threading.Event()
         self._slots = StreamSlots(max_streams)
+        self._lists = ListResponses(state)
 
     @property
     def streams(self) -> int:
@@ -112,12 +116,15 @@ class DevicePluginServicer:
             context.abort(StatusCode.RESOURCE_EXHAUSTED,
                           f"{self._slots.limit} ListAndWatch streams are open already; close one first")
         assert slot is not None
-        number, end, replaced = slot
+        number, end, kubelet, replaced = slot
+        if kubelet:
+            context.serve_first()  # the kubelet's connection: the server reads it before any other
         if replaced:
             self._state.wake()  # the streams this one replaces see `end` at their next poll
-        return DeviceWatch(self._state, self._stopped, end, lambda: self._slots.release(number))
+        return DeviceWatch(self._lists, self._stopped, end, lambda: self._slots.release(number))
 
     def GetPreferredAllocation(self, request: Any, context: CallContext) -> Any:
+        _check_containers(request, context)
         devices = self._state.by_id()
         policy_name = self._settings().allocation_policy
         return wire.PreferredAllocationResponse(container_responses=[
@@ -126,6 +133,7 @@ class DevicePluginServicer:
             for creq in request.container_requests])
 
     def Allocate(self, request: Any, context: CallContext) -> Any:
+        _check_containers(request, context)
         try:
             response = self._allocate(request)
         except policy.AllocationError as exc:
@@ -188,13 +196,44 @@ class DevicePluginServicer:
         return wire.PreStartContainerResponse()
 
 
+def _check_containers(request: Any, context: CallContext) -> None:
+    count = len(request.container_requests)
+    if count > MAX_CONTAINERS:
+        request_log.warning("refused a request for %d containers (at most %d)", count, MAX_CONTAINERS)
+        context.abort(StatusCode.RESOURCE_EXHAUSTED,
+                      f"{count} containers in one request; at most {MAX_CONTAINERS} (the kubelet sends one)")
+
+
+class ListResponses:
+    """The ListAndWatch answer for the newest device-state version, made once and shared by every
+    stream (the server then encodes it once too): a client opening and resetting streams in a loop
+    costs a lookup each, not a list built and serialised each."""
+
+    def __init__(self, state: DeviceState) -> None:
+        self._state = state
+        self._lock = threading.Lock()
+        self._newest: tuple[int, Any] = (-1, None)
+
+    def newest(self) -> tuple[int, Any]:
+        version = self._state.version
+        with self._lock:
+            if self._newest[0] == version:
+                return self._newest
+        version, states = self._state.snapshot()
+        response = _list_response(states)
+        with self._lock:
+            if version >= self._newest[0]:
+                self._newest = (version, response)
+            return self._newest
+
+
 class DeviceWatch:
     """One ListAndWatch stream, polled by the server loop: the device list whenever it changed,
     until the plugin stops or a newer kubelet stream replaces this one."""
 
-    def __init__(self, state: DeviceState, stopped: threading.Event, end: threading.Event,
+    def __init__(self, lists: ListResponses, stopped: threading.Event, end: threading.Event,
                  release: Callable[[], None]) -> None:
-        self._state = state
+        self._lists = lists
         self._stopped = stopped
         self._end = end
         self._release = release
@@ -203,11 +242,11 @@ class DeviceWatch:
     def poll(self) -> tuple[list[Any], bool]:
         if self._stopped.is_set() or self._end.is_set():
             return [], True
-        version, states = self._state.snapshot()
+        version, response = self._lists.newest()
         if version == self._seen:
             return [], False
         self._seen = version
-        return [_list_response(states)], False
+        return [response], False
 
     def close(self) -> None:
         self._release()

@@ -46,6 +46,7 @@ class Supervision:
         self._next_ping: float | None = None
         self._status_server: StatusServer | None = None
         self.status_port: int | None = None  # bound port of the /metrics listener (0 in tests picks one)
+        self._node_name: str | None = None  # the Hostname label, looked up when first served
 
     @property
     def self_probe_timeout(self) -> float:
@@ -90,8 +91,15 @@ class Supervision:
             registrations=counts.registrations, registration_failures=counts.registration_failures,
             kubelet_restarts=counts.kubelet_restarts, allocations=counts.allocations,
             health_events=counts.health_events, config_reloads=counts.config_reloads,
-            config_rejections=counts.config_rejections, state=self._readiness.status,
+            config_rejections=counts.config_rejections, state=self._readiness.status, node=self._node(),
         )
+
+    def _node(self) -> str:
+        if self._node_name is None:
+            from ..observability.node import node_name
+
+            self._node_name = node_name()
+        return self._node_name
 
     # ------------------------------------------------------------ systemd's watchdog
 
