@@ -390,7 +390,7 @@ def test_a_pod_with_a_gpu_and_nvidia_mofed_enabled_gets_no_infiniband_device_on_
 
 def test_what_the_admission_policy_refuses_would_otherwise_get_every_infiniband_device() -> None:
     # the pod's own env beats the plugin's: only the server's validating policy stops a pod that sets
-    # NVIDIA_MOFED=enabled itself (tests/layer/admission refuses it under Kubernetes' own plugins)
+    # NVIDIA_MOFED=enabled itself (conformance/admission refuses it under Kubernetes' own plugins)
     runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
     allocation = allocate(x86_gpus(), plugin_settings("gpu-device-plugin.yaml"), [UUIDS[0]])
     pod = tm.container(tm.CUDA_IMAGE_ENV, {"NVIDIA_MOFED": "enabled"}, allocation)

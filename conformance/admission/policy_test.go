@@ -3,8 +3,7 @@
 // way kube-apiserver runs them: policies and bindings read through informers, the pod's namespace
 // looked up, the mutating plugin first, the validating one on its result. Only the API server's
 // storage is a fake (client-go's fake clientset); the CEL, the JSON patches and the decisions are the
-// real code's. The same file can run against a real API server (tests on branch go-harness): apply
-// the manifest and create the pods below.
+// real code's.
 package admission
 
 import (
@@ -39,7 +38,7 @@ import (
 )
 
 const (
-	manifest  = "../../../meta-gpu-k8s/recipes-containers/gpu-k8s-k3s-config/files/gpu-k8s-nvidia-feature-variables.yaml"
+	manifest  = "meta-gpu-k8s/recipes-containers/gpu-k8s-k3s-config/files/gpu-k8s-nvidia-feature-variables.yaml"
 	tenant    = "tenant"
 	exempt    = "storage-team"
 	exemption = "gpu-k8s.io/nvidia-feature-variables"
@@ -52,7 +51,12 @@ func policyObjects(t *testing.T) []runtime.Object {
 	t.Helper()
 	path := os.Getenv("GPU_K8S_ADMISSION_MANIFEST")
 	if path == "" {
-		path = manifest
+		// go test runs in this package's directory, two below the repository's root
+		repo := os.Getenv("CONFORMANCE_REPO")
+		if repo == "" {
+			repo = filepath.Join("..", "..")
+		}
+		path = filepath.Join(repo, manifest)
 	}
 	raw, err := os.ReadFile(filepath.Clean(path))
 	if err != nil {
