@@ -1,13 +1,15 @@
-"""The NVIDIA container runtime itself, built from the toolkit's source at the tags the images pin, on OCI specs
-made from the image's own runtime configuration and the plugin's own Allocate answer.
+"""The NVIDIA container runtime itself, built from the toolkit's source at the tags the images pin, on OCI specs made
+from the image's own runtime configuration and the plugin's own Allocate answer.
 
 The runtime is `go install`ed from the Go module proxy (github.com/NVIDIA/nvidia-container-toolkit at v1.20.0,
 x86-64's, and v1.19.1, the Orin's and Thor's; meta-tegra's alternate-roots patch is left out, as the cases do not
-touch it). Its device root is a directory of character devices made with mknod: the GPU's nodes and, as on an HGX
-board with ConnectX cards, /dev/infiniband/uverbs0, uverbs1 and rdma_cm. On x86-64 the runtime's jit-cdi mode
-asks NVML for the GPU: a one-GPU libnvidia-ml.so.1 (fixtures/toolkit/one_gpu_nvml.c) compiled against the
-toolkit's own go-nvml nvml.h stands in for the driver's. The low-level runtime is a script that keeps the spec
-the NVIDIA runtime hands it. Skipped where Go, a C compiler, the module proxy or mknod are not available.
+touch it) once into build/toolkit-runtime/<hash of the Go release and the tag>/, Go's caches in build/go: a cold
+build takes minutes, later legs and runs reuse it. Its device root is a directory of character devices made with
+mknod: the GPU's nodes and, as on an HGX board with ConnectX cards, /dev/infiniband/uverbs0, uverbs1 and rdma_cm.
+On x86-64 the runtime's jit-cdi mode asks NVML for the GPU: a one-GPU libnvidia-ml.so.1
+(fixtures/toolkit/one_gpu_nvml.c) compiled against the toolkit's own go-nvml nvml.h stands in for the driver's. The
+low-level runtime is a script that keeps the spec the NVIDIA runtime hands it. Skipped where Go, a C compiler, the
+module proxy or mknod are not available.
 
 What it shows: a GPU container whose image says NVIDIA_MOFED=enabled gets every InfiniBand node of the host with
 the plugin's old answer, none with its answer now (the plugin's "disabled" comes after the image's), all of them
@@ -16,11 +18,13 @@ mutating policy wrote "disabled" into the pod's env; toolkit_model says the same
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,7 @@ else:
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
+BUILD_ROOT = Path(os.environ.get("GPU_K8S_BUILD_ROOT") or REPO / "build").expanduser().absolute()  # tools.paths'
 FIXTURES = Path(__file__).parent / "fixtures"
 PLUGIN_FILES = REPO / "meta-gpu-k8s/recipes-plugin/gpu-device-plugin/files"
 X86_RUNTIME = REPO / "meta-gpu-k8s/recipes-containers/nvidia-container-toolkit/files/config.toml"
@@ -56,16 +61,36 @@ FAKE_RUNC = "#!/bin/sh\n# keeps the spec the NVIDIA runtime hands the low-level 
             "while [ $# -gt 0 ]; do [ \"$1\" = --bundle ] && cp \"$2/config.json\" \"$2/handed.json\"; shift; done\n"
 
 
-def go_env(work: Path) -> dict[str, str]:
-    return {**os.environ, "GOBIN": str(work / "bin"), "GOTOOLCHAIN": "local", "CGO_ENABLED": "1"}
+BUILD_TIMEOUT_S = 3600  # cold: the toolkit and its dependencies compiled, ~12 min at a load average of 24 on 2 CPUs
 
 
-def module_dir(module: str, version: str, env: dict[str, str]) -> Path:
-    done = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], env=env, capture_output=True,
-                          text=True, timeout=1800, check=False)
+def go_env() -> dict[str, str]:
+    """Go's caches where the conformance leg keeps them (build/go, GPU_K8S_BUILD_ROOT moves it), deletable."""
+    go_root = BUILD_ROOT / "go"
+    return {**os.environ, "GOMODCACHE": str(go_root / "mod"), "GOCACHE": str(go_root / "cache"),
+            "GOFLAGS": "-modcacherw", "GOTOOLCHAIN": "local", "CGO_ENABLED": "1"}
+
+
+def module_dir(module: str, version: str) -> Path:
+    done = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], env=go_env(), capture_output=True,
+                          text=True, timeout=BUILD_TIMEOUT_S, check=False)
     if done.returncode != 0:
         pytest.skip(f"{module}@{version} could not be fetched from the Go module proxy: {done.stdout[-300:]}")
     return Path(json.loads(done.stdout)["Dir"])
+
+
+def built(name: str, key: str, build: Callable[[Path], None]) -> Path:
+    """build/toolkit-runtime/<key's hash>/name, made by `build` once: every plugin leg of a test run (and every
+    later run) reuses it, so only the first compiles. Written whole or not at all (legs may run at once)."""
+    go_version = subprocess.run(["go", "version"], capture_output=True, text=True, check=False).stdout.strip()
+    digest = hashlib.sha256(f"{go_version}\n{key}".encode()).hexdigest()[:16]
+    out = BUILD_ROOT / "toolkit-runtime" / digest / name
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_name(f"{name}.{os.getpid()}.partial")
+        build(partial)
+        partial.replace(out)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -89,32 +114,35 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
-def runtime(work: Path, version: str) -> Path:
+def runtime(version: str) -> Path:
     """nvidia-container-runtime built from the toolkit at `version` (the module proxy, checksums from its go.sum)."""
-    binary = work / "bin" / version / "nvidia-container-runtime"
-    if not binary.exists():
-        env = {**go_env(work), "GOBIN": str(binary.parent)}
-        module_dir(TOOLKIT, version, env)
-        done = subprocess.run(["go", "install", f"{TOOLKIT}/cmd/nvidia-container-runtime@{version}"], env=env,
-                              capture_output=True, text=True, timeout=3600, check=False)
+
+    def build(out: Path) -> None:
+        module_dir(TOOLKIT, version)
+        gobin = out.with_name(f"{out.name}.bin")  # go install names the binary after its package
+        done = subprocess.run(["go", "install", "-trimpath", f"{TOOLKIT}/cmd/nvidia-container-runtime@{version}"],
+                              env={**go_env(), "GOBIN": str(gobin)}, capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S, check=False)
         assert done.returncode == 0, done.stderr[-3000:]
-    return binary
+        (gobin / "nvidia-container-runtime").replace(out)
+        gobin.rmdir()
+
+    return built("nvidia-container-runtime", f"{TOOLKIT}@{version}", build)
 
 
-def nvml_library(work: Path) -> Path:
+def nvml_library() -> Path:
     """The one-GPU NVML, compiled against the nvml.h of the go-nvml the toolkit's v1.20.0 go.mod names."""
-    library = work / "nvml" / "libnvidia-ml.so.1"
-    if not library.exists():
-        env = go_env(work)
-        toolkit = module_dir(TOOLKIT, "v1.20.0", env)
+    source = FIXTURES / "toolkit/one_gpu_nvml.c"
+
+    def build(out: Path) -> None:
+        toolkit = module_dir(TOOLKIT, "v1.20.0")
         [line] = [li for li in (toolkit / "go.mod").read_text().splitlines() if "github.com/NVIDIA/go-nvml " in li]
-        nvml = module_dir("github.com/NVIDIA/go-nvml", line.split()[-1], env)
-        library.parent.mkdir()
+        nvml = module_dir("github.com/NVIDIA/go-nvml", line.split()[-1])
         done = subprocess.run(["gcc", "-Wall", "-Werror", "-shared", "-fPIC", f"-I{nvml / 'pkg/nvml'}", "-o",
-                               str(library), str(FIXTURES / "toolkit/one_gpu_nvml.c")],
-                              capture_output=True, text=True, check=False)
+                               str(out), str(source)], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
-    return library
+
+    return built("libnvidia-ml.so.1", f"{TOOLKIT}@v1.20.0\n{source.read_text()}", build)
 
 
 def to_toml(table: dict[str, Any], name: str = "") -> list[str]:
@@ -203,8 +231,8 @@ def cases(allocation_now: policy.ContainerAllocation, allocation_before: policy.
 
 
 def test_an_hgx_image_gives_a_gpu_pod_no_infiniband_device_on_the_runtime_built_from_1_20_0(work: Path) -> None:
-    binary = runtime(work, "v1.20.0")
-    env = {**os.environ, "LD_LIBRARY_PATH": str(nvml_library(work).parent)}
+    binary = runtime("v1.20.0")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(nvml_library().parent)}
     config = node_config(work, X86_RUNTIME.read_text(), "x86-64")
     [gpu] = NvmlBackend(str(FIXTURES / "x86-nvidia-580"), FakeNvml([FakeGpu(UUID, name="NVIDIA H100 80GB HBM3")])
                         ).discover()
@@ -221,7 +249,7 @@ def test_an_hgx_image_gives_a_gpu_pod_no_infiniband_device_on_the_runtime_built_
 
 
 def test_the_orin_and_thor_runtime_built_from_1_19_1_does_the_same_in_csv_mode(work: Path) -> None:
-    binary = runtime(work, "v1.19.1")
+    binary = runtime("v1.19.1")
     config = node_config(work, (ORIN / "etc/nvidia-container-runtime/config.toml").read_text(), "orin")
     [gpu] = TegraBackend(str(ORIN)).discover()
     now = allocation_for("tegra/gpu-device-plugin.yaml", gpu)
