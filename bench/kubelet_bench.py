@@ -392,7 +392,9 @@ def targets(python: str) -> list[Target]:
         Target(REFERENCE, [str(GO_BIN / "stub-plugin"), "-kubelet-socket", "{socket_dir}/kubelet.sock",
                            "-devices", "2"]),
         Target("simulated", [*ours, *_SIMULATED], {**env, "CACHE_DIRECTORY": "{cache_root}/simulated"}, "simulated"),
-        Target("tegra", [*ours, "--config-file", str(IMAGE_CONFIGS / "tegra" / "gpu-device-plugin.yaml"),
+        # the Nano's own config: its runtime reads NVIDIA_VISIBLE_DEVICES only, and the plugin refuses a
+        # hand-over the node's runtime ignores (the R39 config's volume mounts)
+        Target("tegra", [*ours, "--config-file", str(IMAGE_CONFIGS / "tegra210" / "gpu-device-plugin.yaml"),
                          "--host-root", "{work}/nano"], {**env, "CACHE_DIRECTORY": "{cache_root}/tegra"}, "tegra"),
     ]
 

@@ -275,9 +275,10 @@ def test_k3s_starts_after_the_unit_that_writes_the_orin_and_thor_runtime_config(
     assert units == {"jetson-nano-devkit": "", "jetson-orin-nano-devkit-nvme": "nvidia-container-setup.service",
                      "jetson-agx-thor-devkit": "nvidia-container-setup.service", "genericx86-64": "",
                      "qemux86-64": ""}
+    # the ordering, now a requirement, is gpu-k8s-nvidia-runtime-config's (tests/layer/test_jetson_runtime_check.py)
+    runtime_config = LAYER / "dynamic-layers/tegra/recipes-containers/gpu-k8s-nvidia-runtime-config"
     dropin = configparser.ConfigParser()
-    dropin.read_string((CONFIG_DIR / "files/30-gpu-k8s-nvidia-setup.conf").read_text())
-    assert dropin["Unit"]["After"] == dropin["Unit"]["Wants"] == "@UNIT@"
-    install = parse(CONFIG_RECIPE).tasks["do_install"]
-    assert 'if [ -n "${GPU_K8S_NVIDIA_SETUP_UNIT}" ]' in install
-    assert "s#@UNIT@#${GPU_K8S_NVIDIA_SETUP_UNIT}#g" in install
+    dropin.read_string((runtime_config / "files/60-gpu-k8s-nvidia-runtime.conf").read_text())
+    assert dropin["Unit"]["After"] == dropin["Unit"]["Requires"] == "gpu-k8s-nvidia-runtime-check.service"
+    users = parse(runtime_config / "gpu-k8s-nvidia-runtime-config_1.0.bb").words("GPU_K8S_RUNTIME_USERS")
+    assert {"k3s.service", "k3s-agent.service"} <= set(users)

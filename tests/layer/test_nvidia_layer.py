@@ -435,7 +435,7 @@ def test_the_jetson_drop_in_extends_the_setup_unit_and_is_not_for_the_nano() -> 
     assert bb.value("COMPATIBLE_MACHINE", "tegra210") == "(^$)"
     install = bb.tasks["do_install"]
     assert "${systemd_system_unitdir}/${GPU_K8S_NVIDIA_SETUP_UNIT}.d" in install
-    assert bb.value("RDEPENDS", "${PN}") == "nvidia-container-toolkit"
+    assert bb.value("RDEPENDS", "${PN}") == "gpu-device-plugin nvidia-container-toolkit"
     platform = parse(LAYER / "classes/gpu_k8s_platform.bbclass")
     assert platform.value("GPU_K8S_NVIDIA_RUNTIME_MODE", "tegra234") == "csv"
     assert platform.value("GPU_K8S_NVIDIA_RUNTIME_CONFIG_PACKAGE", "tegra") == "gpu-k8s-nvidia-runtime-config"

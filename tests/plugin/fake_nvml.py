@@ -15,6 +15,7 @@ hardware's counters do.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -119,6 +120,32 @@ NVML_BRAND_TESLA = 2
 NVML_BRAND_GEFORCE = 5
 NVML_BRAND_NVIDIA = 14
 NVML_BRAND_COUNT = 20
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+# the GPU's place in an NVLink fabric (nvml.h nvmlGpuFabricInfo*; the structures as nvidia-ml-py 13.580 declares them)
+NVML_DEVICE_UUID_BUFFER_SIZE = 80
+NVML_GPU_FABRIC_UUID_LEN = 16
+NVML_GPU_FABRIC_STATE_NOT_SUPPORTED = 0
+NVML_GPU_FABRIC_STATE_NOT_STARTED = 1
+NVML_GPU_FABRIC_STATE_IN_PROGRESS = 2
+NVML_GPU_FABRIC_STATE_COMPLETED = 3
+nvmlGpuFabricInfo_v2 = 0x02000024
+
+
+class c_nvmlGpuFabricInfo_t(ctypes.Structure):  # pynvml's name
+    _fields_ = [("clusterUuid", ctypes.c_uint8 * NVML_DEVICE_UUID_BUFFER_SIZE), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint)]
+
+
+class c_nvmlGpuFabricInfo_v2_t(ctypes.Structure):  # pynvml's name
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_uint8 * NVML_GPU_FABRIC_UUID_LEN),
+                ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint),
+                ("healthMask", ctypes.c_uint32)]
+
+    def __init__(self) -> None:
+        super().__init__(version=nvmlGpuFabricInfo_v2)
+
+
+c_nvmlGpuFabricInfoV_t = c_nvmlGpuFabricInfo_v2_t
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
@@ -162,6 +189,9 @@ class FakeGpu:
     memory_used_mib: int = 0
     memory_reserved_mib: int | None = 0  # None: the driver has no nvmlDeviceGetMemoryInfo_v2
     remapped_rows: tuple[int, int, int, int] | None = None  # (correctable, uncorrectable, pending, failed)
+    # NVLink fabric (Hopper and newer on NVSwitch boards); None: the query is not supported (A100, PCIe GPUs)
+    fabric_state: int | None = None
+    fabric_status: int = NVML_SUCCESS
     gpm_rates: dict[int, float] | None = None  # None: no GPM (before Hopper); else metric id -> value now
     nvlink_kib_per_s: tuple[float, float] | None = None  # (TX, RX) now; None: no NVLink
     # the counters behind them, advanced by FakeNvml.advance
@@ -303,6 +333,12 @@ class FakeNvml:
     NVML_BRAND_GEFORCE = NVML_BRAND_GEFORCE
     NVML_BRAND_NVIDIA = NVML_BRAND_NVIDIA
     NVML_BRAND_COUNT = NVML_BRAND_COUNT
+    NVML_GPU_FABRIC_STATE_NOT_SUPPORTED = NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+    NVML_GPU_FABRIC_STATE_NOT_STARTED = NVML_GPU_FABRIC_STATE_NOT_STARTED
+    NVML_GPU_FABRIC_STATE_IN_PROGRESS = NVML_GPU_FABRIC_STATE_IN_PROGRESS
+    NVML_GPU_FABRIC_STATE_COMPLETED = NVML_GPU_FABRIC_STATE_COMPLETED
+    c_nvmlGpuFabricInfo_t = c_nvmlGpuFabricInfo_t
+    c_nvmlGpuFabricInfoV_t = c_nvmlGpuFabricInfoV_t
     NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
@@ -326,6 +362,7 @@ class FakeNvml:
         library_missing: bool = False,
         init_error: int | None = None,
         has_numa_function: bool = True,
+        has_fabric_info_v: bool = True,
     ) -> None:
         self.gpus = list(gpus or [])
         self.driver_version = driver_version
@@ -339,12 +376,16 @@ class FakeNvml:
         self._pending: deque[FakeEventData | NVMLError] = deque()
         self._cond = threading.Condition()
         self._has_numa_function = has_numa_function
+        self._has_fabric_info_v = has_fabric_info_v  # False: an nvidia-ml-py before nvmlDeviceGetGpuFabricInfoV
+        self.fabric_calls = 0
         self.now = 1_000_000.0  # seconds on NVML's clock (CPU time of samples and field values)
         self.gpm_samples: list[FakeGpmSample] = []
 
     def __getattribute__(self, name: str) -> Any:
         # Old nvidia-ml-py releases lack nvmlDeviceGetNumaNodeId: the attribute does not exist.
         if name == "nvmlDeviceGetNumaNodeId" and not object.__getattribute__(self, "_has_numa_function"):
+            raise AttributeError(name)
+        if name == "nvmlDeviceGetGpuFabricInfoV" and not object.__getattribute__(self, "_has_fabric_info_v"):
             raise AttributeError(name)
         return object.__getattribute__(self, name)
 
@@ -422,6 +463,25 @@ class FakeNvml:
         if handle.gpu is None or not handle.gpu.answering:
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)
         return handle
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: FakeHandle, info: Any) -> int:
+        """As nvidia-ml-py: `info` is byref() of a c_nvmlGpuFabricInfoV_t whose version the caller's
+        structure set."""
+        if info._obj.version != nvmlGpuFabricInfo_v2:
+            raise NVMLError(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        return self._fabric(handle, info)
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: FakeHandle, info: Any) -> int:
+        return self._fabric(handle, info)
+
+    def _fabric(self, handle: FakeHandle, info: Any) -> int:
+        self.fabric_calls += 1
+        gpu = self._gpu(handle)
+        if gpu.fabric_state is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        info._obj.state = gpu.fabric_state
+        info._obj.status = gpu.fabric_status
+        return NVML_SUCCESS
 
     def _gpu(self, handle: FakeHandle) -> FakeGpu:
         gpu = self._answering(handle).gpu

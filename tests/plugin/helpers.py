@@ -15,6 +15,11 @@ from gpu_device_plugin.health.base import HealthMonitor
 from gpu_device_plugin.model import Health
 from gpu_device_plugin.session.daemon import Daemon
 
+# What every Allocate answer says of the NVIDIA Container Toolkit's feature devices by default (policy.feature_envs):
+# "disabled" beats an image's own "enabled", which the toolkit honours for every GPU container.
+FEATURES_OFF = {"NVIDIA_GDS": "disabled", "NVIDIA_MOFED": "disabled", "NVIDIA_GDRCOPY": "disabled",
+                "NVIDIA_NVSWITCH": "disabled"}
+
 
 def short_tempdir() -> str:
     # Unix socket paths are limited to 107 bytes; pytest's tmp_path can be longer.

@@ -251,3 +251,10 @@ def test_a_reader_that_stops_early_gets_no_traceback(command: tuple[str, ...]) -
     proc.wait(timeout=20)
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
     assert proc.returncode in (0, 1), "exit as the command would have (check reports findings with 1)"
+
+
+def test_runtime_config_names_a_malformed_expectation(capsys) -> None:
+    from gpu_device_plugin.cli import main as cli
+
+    assert cli.main(["runtime-config", "--expect", "accept-nvidia-visible-devices-as-volume-mounts"]) == 2
+    assert "must be KEY=VALUE" in capsys.readouterr().err

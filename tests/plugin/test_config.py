@@ -47,11 +47,38 @@ def test_defaults_match_the_official_plugin_where_names_are_shared() -> None:
     settings, warnings = load()
     assert settings.kubelet_socket == "/var/lib/kubelet/device-plugins/kubelet.sock"
     assert settings.device_discovery_strategy == "auto"
-    assert settings.device_list_strategy == ("envvar",)
+    # ours: the hand-over the node's NVIDIA runtime honours (the official default, envvar, is ignored by an
+    # isolating runtime: GPU pods would start without their GPU); cdi.handover decides it at start
+    assert settings.device_list_strategy == ("auto",)
     assert settings.device_id_strategy == "uuid"
     assert settings.pass_device_specs is False
     assert settings.fail_on_init_error is False  # ours: keep running on GPU-less nodes
+    # the toolkit's feature devices stay off, as in the official plugin
+    assert (settings.gds_enabled, settings.mofed_enabled, settings.gdrcopy_enabled) == (False, False, False)
+    assert settings.nvswitch_enabled is False
     assert warnings == ()
+
+
+def test_the_official_feature_flags_load_under_their_names_and_nvswitch_under_ours() -> None:
+    text = ("version: v1\nflags:\n  gdsEnabled: true\n  mofedEnabled: true\n  gdrcopyEnabled: false\n"
+            "  plugin:\n    nvswitchEnabled: true\n")
+    settings, warnings = load(("--config-file", "/c.yaml"), files={"/c.yaml": text})
+    assert warnings == ()
+    assert (settings.gds_enabled, settings.mofed_enabled, settings.gdrcopy_enabled, settings.nvswitch_enabled) == (
+        True, True, False, True)
+    from_env, _ = load(env={"MOFED_ENABLED": "true"})
+    assert from_env.mofed_enabled is True
+    with pytest.raises(ConfigError, match="mofedEnabled.*true or false"):
+        load(("--config-file", "/c.yaml"), files={"/c.yaml": "version: v1\nflags:\n  mofedEnabled: sometimes\n"})
+
+
+def test_the_hand_over_is_auto_alone_or_named_strategies() -> None:
+    settings, _ = load(("--device-list-strategy", "auto"))
+    assert settings.device_list_strategy == ("auto",)
+    with pytest.raises(ConfigError, match="must be auto .* or one or more of envvar"):
+        load(("--device-list-strategy", "auto,envvar"))
+    with pytest.raises(ConfigError, match="must be auto"):
+        load(("--device-list-strategy", "mounts"))
 
 
 def test_official_config_file_loads_flags_and_time_slicing() -> None:
@@ -75,11 +102,11 @@ def test_flag_beats_env_beats_file() -> None:
 
 
 def test_unsupported_official_fields_are_named_in_one_warning() -> None:
-    text = ("version: v1\nflags:\n  gdsEnabled: true\n  plugin:\n    mpsRoot: /run/mps\n"
+    text = ("version: v1\nflags:\n  nvidiaDriverRoot: /run/nvidia/driver\n  plugin:\n    mpsRoot: /run/mps\n"
             "sharing:\n  mps:\n    resources: []\n")
     _, warnings = load(("--config-file", "/c.yaml"), files={"/c.yaml": text})
     assert len(warnings) == 1
-    for field in ("flags.gdsEnabled", "flags.plugin.mpsRoot", "sharing.mps"):
+    for field in ("flags.nvidiaDriverRoot", "flags.plugin.mpsRoot", "sharing.mps"):
         assert field in warnings[0]
 
 
@@ -94,7 +121,8 @@ def test_unsupported_official_fields_are_named_in_one_warning() -> None:
         (("--kubelet-socket", "kubelet.sock"), {}, None, "--kubelet-socket must be an absolute path"),
         ((), {}, "version: v2\n", "'version' must be v1"),
         ((), {}, "version: v1\nflags:\n  plugin:\n    deviceListStrategy: [envvar, magic]\n",
-         "flags.plugin.deviceListStrategy must be one or more of envvar"),
+         "flags.plugin.deviceListStrategy must be auto (the hand-over the node's NVIDIA runtime honours) or one or "
+         "more of envvar"),
         ((), {}, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
                  "      replicas: 0\n",
          "sharing.timeSlicing.resources[0].replicas must be 1..256, got 0"),

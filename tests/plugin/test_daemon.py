@@ -9,7 +9,7 @@ import time
 import grpc
 import pytest
 from gpu_device_plugin.health.simulated import SimulatedHealthMonitor
-from helpers import run_simulated
+from helpers import FEATURES_OFF, run_simulated
 from kubelet_double import KubeletDouble
 
 
@@ -94,14 +94,15 @@ def test_allocate_rejects_unknown_and_duplicate_ids_naming_them(socket_dir: str,
         assert "sim-gpu-1" in dupes.value.details()
         ok = endpoint.allocate(["sim-gpu-1"], ["sim-gpu-0"])
     assert [dict(r.envs) for r in ok.container_responses] == [
-        {"NVIDIA_VISIBLE_DEVICES": "sim-gpu-1"}, {"NVIDIA_VISIBLE_DEVICES": "sim-gpu-0"}]
+        {**FEATURES_OFF, "NVIDIA_VISIBLE_DEVICES": "sim-gpu-1"},
+        {**FEATURES_OFF, "NVIDIA_VISIBLE_DEVICES": "sim-gpu-0"}]
 
 
 def test_allocate_returns_cdi_names_and_device_specs_when_configured(socket_dir: str, kubelet: KubeletDouble) -> None:
     with run_simulated(socket_dir, device_list_strategy=("envvar", "cdi-cri"), device_id_strategy="index"):
         endpoint = kubelet.wait_registered()
         response = endpoint.allocate(["sim-gpu-1"]).container_responses[0]
-    assert dict(response.envs) == {"NVIDIA_VISIBLE_DEVICES": "1"}
+    assert dict(response.envs) == {**FEATURES_OFF, "NVIDIA_VISIBLE_DEVICES": "1"}
     assert [d.name for d in response.cdi_devices] == ["meta-gpu-k8s.io/gpu=1"]
 
 
@@ -161,7 +162,7 @@ def test_cdi_spec_names_what_allocate_returns_and_outlives_a_stop(socket_dir: st
         response = endpoint.allocate(["sim-gpu-1"]).container_responses[0]
         assert [d.name for d in response.cdi_devices] == ["meta-gpu-k8s.io/gpu=sim-gpu-1"]
         assert {d.name for d in response.cdi_devices} <= names
-        assert dict(response.envs) == {}, "CDI-only strategies pass no environment"
+        assert dict(response.envs) == FEATURES_OFF, "CDI-only strategies pass no device list in the environment"
     # the kubelet re-uses CDI names when a container restarts, plugin running or not
     assert os.listdir(spec_dir) == [spec_file], "the spec must survive a plugin restart"
 

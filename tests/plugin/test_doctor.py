@@ -402,10 +402,10 @@ def test_a_check_that_crashes_becomes_a_warning_and_the_others_still_run(
 
 
 def test_config_file_with_unsupported_fields_warns(nano: Node, tmp_path: Path) -> None:
-    path = write(tmp_path, "/custom.yaml", "version: v1\nflags:\n  migStrategy: none\n  gdsEnabled: true\n")
+    path = write(tmp_path, "/custom.yaml", "version: v1\nflags:\n  migStrategy: none\n  mpsRoot: /run/mps\n")
     config = nano.run(config_file=str(path))["config file"]
     assert config.status == WARN
-    assert "flags.gdsEnabled" in config.detail
+    assert "flags.mpsRoot" in config.detail
 
 
 # -- pure evaluations ------------------------------------------------------------------------

@@ -129,4 +129,7 @@ def test_isolation_on_the_node_follows_its_runtime_config(node: Path) -> None:
     (node / "etc/nvidia-container-runtime/config.toml").write_text((shipped / "config.toml").read_text())
     assert checks(node, device_list_strategy=("volume-mounts",))["GPU isolation"][0] == PASS
     status, detail = checks(node, device_list_strategy=("envvar",))["GPU isolation"]
-    assert status == FAIL and "deviceListStrategy: volume-mounts" in detail
+    assert status == FAIL and "the plugin refuses to start" in detail and "leave deviceListStrategy out" in detail
+    # the built-in default takes the hand-over this runtime honours
+    status, detail = checks(node)["GPU isolation"]
+    assert status == PASS and "the plugin chose volume-mounts" in detail

@@ -7,8 +7,12 @@ NVIDIA_VISIBLE_DEVICES=all: without isolation that alone was every GPU."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from gpu_device_plugin.doctor.report import FAIL, PASS, WARN
 from gpu_device_plugin.doctor.runtime import evaluate_isolation
 from gpu_device_plugin.model import Gpu
 from gpu_device_plugin.session.daemon import Daemon
-from helpers import RunningDaemon
+from helpers import RunningDaemon, short_tempdir, wait_until
 from kubelet_double import KubeletDouble
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,12 +223,22 @@ def test_a_hostpath_of_dev_null_is_the_one_way_left_to_forge_a_request() -> None
     assert gets(other, runtime, x86_gpus()) == set()
 
 
-def test_the_daemons_allocate_answers_the_kubelet_with_a_mount_the_runtime_takes(socket_dir: str,
+def node_root(tmp_path: Path, runtime_text: str | None) -> str:
+    """A host root holding the runtime's config.toml (None: none), as the daemon reads it at start."""
+    if runtime_text is not None:
+        path = tmp_path / "etc/nvidia-container-runtime/config.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(runtime_text)
+    return str(tmp_path)
+
+
+def test_the_daemons_allocate_answers_the_kubelet_with_a_mount_the_runtime_takes(socket_dir: str, tmp_path: Path,
                                                                                  kubelet: KubeletDouble) -> None:
     runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
     gpus = x86_gpus()
     settings = plugin_settings("gpu-device-plugin.yaml", kubelet_socket=f"{socket_dir}/kubelet.sock",
-                               device_discovery_strategy="nvml", host_root=str(X86), cdi_spec_dir=socket_dir)
+                               device_discovery_strategy="nvml", cdi_spec_dir=socket_dir,
+                               host_root=node_root(tmp_path, X86_RUNTIME_CONFIG.read_text()))
     with RunningDaemon(Daemon(settings, gpus, None, environ={})):
         response = kubelet.wait_registered().allocate([UUIDS[1]])
     [answer] = response.container_responses
@@ -302,11 +316,119 @@ def test_the_fallback_message_says_what_the_configured_mode_does() -> None:
 
 @pytest.mark.parametrize(("runtime_text", "strategies", "status", "words"), [
     (X86_RUNTIME_CONFIG.read_text(), ("volume-mounts",), PASS, "volume-mounts hand-over reaches the runtime"),
-    (X86_RUNTIME_CONFIG.read_text(), ("envvar",), FAIL, "GPU pods start without their GPU"),
+    (X86_RUNTIME_CONFIG.read_text(), ("envvar",), FAIL, "the plugin refuses to start on it"),
     (OLD_X86_CONFIG, ("envvar",), WARN, "gets every GPU without requesting one"),
-    (None, ("volume-mounts",), FAIL, "runs on its defaults"),
+    (None, ("volume-mounts",), FAIL, "ignores volume-mount requests (the toolkit's defaults"),
+    (None, ("auto",), FAIL, "runs on its defaults"),
+    (X86_RUNTIME_CONFIG.read_text(), ("auto",), PASS, "the plugin chose volume-mounts"),
 ])
 def test_the_check_says_whether_a_pod_gets_only_its_gpus(runtime_text: str | None, strategies: tuple[str, ...],
                                                           status: str, words: str) -> None:
     check = evaluate_isolation("nvml", "", toolkit_config.from_text(runtime_text), strategies)
     assert check.status == status and words in check.detail
+
+
+# ---- the plugin never hands GPUs over by a channel the runtime ignores -------------------------
+
+
+def test_the_plugin_refuses_to_start_on_a_hand_over_the_runtime_ignores(tmp_path: Path) -> None:
+    # the Orin's runtime config ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers: envvar would start
+    # every GPU pod without its GPU, so the process exits before it registers anything, naming the fix
+    socket_dir = short_tempdir()
+    try:
+        done = subprocess.run([sys.executable, "-m", "gpu_device_plugin", "--host-root", str(ORIN),
+                               "--device-discovery-strategy", "tegra", "--device-list-strategy", "envvar",
+                               "--kubelet-socket", f"{socket_dir}/kubelet.sock"],
+                              env={**os.environ, "PYTHONPATH": str(REPO / "plugin/src")},
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2, done.stderr
+        assert "deviceListStrategy envvar: the NVIDIA runtime ignores NVIDIA_VISIBLE_DEVICES from unprivileged " \
+               "containers" in done.stderr
+        assert "leave deviceListStrategy out of the plugin's config" in done.stderr
+        assert os.listdir(socket_dir) == [], "nothing was served"
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+def test_a_reload_to_a_hand_over_the_runtime_ignores_is_rejected_and_the_last_good_one_kept(
+        socket_dir: str, tmp_path: Path, kubelet: KubeletDouble) -> None:
+    gpus = x86_gpus()
+    settings = Settings(kubelet_socket=f"{socket_dir}/kubelet.sock", device_discovery_strategy="nvml",
+                        host_root=node_root(tmp_path, X86_RUNTIME_CONFIG.read_text()), cdi_spec_dir=socket_dir)
+    loads = [settings._replace(device_list_strategy=("envvar",))]
+    daemon = Daemon(settings, gpus, None, reload_settings=lambda: loads[-1], environ={})
+    assert daemon.settings.device_list_strategy == ("volume-mounts",), "auto: what this runtime honours"
+    with RunningDaemon(daemon):
+        endpoint = kubelet.wait_registered()
+        daemon.request_reload()
+        assert wait_until(lambda: daemon.stats.config_rejections == 1, 10)
+        [answer] = endpoint.allocate([UUIDS[0]]).container_responses
+    assert daemon.settings.device_list_strategy == ("volume-mounts",)
+    assert [m.container_path for m in answer.mounts] == [f"{tm.VOLUME_ROOT}/{UUIDS[0]}"]
+
+
+# ---- HGX: the toolkit's feature variables (NVIDIA_GDS, _MOFED, _GDRCOPY, _NVSWITCH) -------------
+
+MOFED_IMAGE = {**tm.CUDA_IMAGE_ENV, "NVIDIA_MOFED": "enabled"}  # e.g. an image built for GPUDirect RDMA
+HGX_MODE = "jit-cdi"  # what x86-64's "auto" resolves to for the plugin's UUID mounts (internal/info/auto.go)
+
+
+def test_a_pod_with_a_gpu_and_nvidia_mofed_enabled_gets_no_infiniband_device_on_an_hgx_image() -> None:
+    runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
+    gpus = x86_gpus()
+    allocation = allocate(gpus, plugin_settings("gpu-device-plugin.yaml"), [UUIDS[0]])
+    # from the image: the plugin's "disabled" comes later in the environment and wins
+    pod = tm.container(MOFED_IMAGE, allocation=allocation)
+    assert gets(pod, runtime, gpus) == {UUIDS[0]} and tm.feature_devices(pod, runtime, HGX_MODE) == set()
+    # every feature, from the image, at once
+    everything = {**tm.CUDA_IMAGE_ENV, **dict.fromkeys(tm.FEATURES, "enabled")}
+    assert tm.feature_devices(tm.container(everything, allocation=allocation), runtime, HGX_MODE) == set()
+    # after the server's mutating policy: the pod's own env says "disabled", whatever envFrom brought
+    admitted = tm.container(MOFED_IMAGE, dict.fromkeys(tm.FEATURES, "disabled"), allocation)
+    assert tm.feature_devices(admitted, runtime, HGX_MODE) == set()
+
+
+def test_what_the_admission_policy_refuses_would_otherwise_get_every_infiniband_device() -> None:
+    # the pod's own env beats the plugin's: only the server's validating policy stops a pod that sets
+    # NVIDIA_MOFED=enabled itself (conformance/admission refuses it under Kubernetes' own plugins)
+    runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
+    allocation = allocate(x86_gpus(), plugin_settings("gpu-device-plugin.yaml"), [UUIDS[0]])
+    pod = tm.container(tm.CUDA_IMAGE_ENV, {"NVIDIA_MOFED": "enabled"}, allocation)
+    assert tm.feature_devices(pod, runtime, HGX_MODE) == {"/dev/infiniband/uverbs*"}
+
+
+def test_the_plugin_before_this_fix_let_an_image_take_every_feature_device() -> None:
+    runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
+    allocation = allocate(x86_gpus(), plugin_settings("gpu-device-plugin.yaml"), [UUIDS[0]])
+    for name in tm.FEATURES:
+        del allocation.envs[name]  # what Allocate answered before: the device list only
+    pod = tm.container({**tm.CUDA_IMAGE_ENV, **dict.fromkeys(tm.FEATURES, "enabled")}, allocation=allocation)
+    assert tm.feature_devices(pod, runtime, HGX_MODE) == set(tm.FEATURES.values())
+
+
+def test_a_site_that_opts_in_gives_the_feature_to_every_gpu_pod_of_that_node() -> None:
+    runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
+    settings = plugin_settings("gpu-device-plugin.yaml", mofed_enabled=True)
+    allocation = allocate(x86_gpus(), settings, [UUIDS[0]])
+    assert tm.feature_devices(tm.container(tm.CUDA_IMAGE_ENV, allocation=allocation), runtime, HGX_MODE) == {
+        "/dev/infiniband/uverbs*"}
+
+
+def test_a_container_without_a_gpu_or_in_pure_cdi_mode_gets_no_feature_device() -> None:
+    runtime = tm.effective_config(X86_RUNTIME_CONFIG.read_text())
+    assert tm.feature_devices(tm.container(MOFED_IMAGE, {"NVIDIA_MOFED": "enabled"}), runtime, HGX_MODE) == set()
+    allocation = allocate(x86_gpus(), plugin_settings("gpu-device-plugin.yaml"), [UUIDS[0]])
+    pod = tm.container(tm.CUDA_IMAGE_ENV, {"NVIDIA_MOFED": "enabled"}, allocation)
+    assert tm.feature_devices(pod, runtime, "cdi") == set()
+
+
+def test_on_orin_and_thor_the_csv_mode_honours_the_feature_variables_too() -> None:
+    # the runtimes built from 1.19.1 and 1.20.0 added every /dev/infiniband node to such a container in CSV mode
+    runtime = tm.effective_config((ORIN / "etc/nvidia-container-runtime/config.toml").read_text())
+    gpu = orin_gpu()
+    allocation = allocate([gpu], plugin_settings("tegra/gpu-device-plugin.yaml"), [gpu.id])
+    assert tm.feature_devices(tm.container(MOFED_IMAGE, allocation=allocation), runtime) == set()
+    old = {k: v for k, v in allocation.envs.items() if k not in tm.FEATURES}
+    allocation.envs.clear()
+    allocation.envs.update(old)
+    assert tm.feature_devices(tm.container(MOFED_IMAGE, allocation=allocation), runtime) == {"/dev/infiniband/uverbs*"}

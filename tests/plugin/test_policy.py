@@ -6,6 +6,7 @@ import pytest
 from gpu_device_plugin.config.settings import Settings, TimeSlicing
 from gpu_device_plugin.core import policy
 from gpu_device_plugin.model import Gpu, Health
+from helpers import FEATURES_OFF
 
 
 def gpu(i: int, numa: int | None = None, backend: str = "nvml", mig: bool = False) -> Gpu:
@@ -15,7 +16,8 @@ def gpu(i: int, numa: int | None = None, backend: str = "nvml", mig: bool = Fals
 
 
 def sliced(replicas: int, **kw: bool) -> Settings:
-    return Settings(time_slicing=TimeSlicing(replicas=replicas, **kw))
+    # envvar: the plugin's default ("auto") is decided at start from the node's runtime (cdi.handover)
+    return Settings(device_list_strategy=("envvar",), time_slicing=TimeSlicing(replicas=replicas, **kw))
 
 
 def by_id(gpus: list[Gpu], settings: Settings) -> dict[str, policy.AdvertisedDevice]:
@@ -134,7 +136,7 @@ def test_with_no_choice_every_offered_device_is_preferred(name: str) -> None:
 def test_allocate_maps_replicas_back_to_distinct_physical_gpus() -> None:
     devices = by_id([gpu(0), gpu(1)], sliced(4))
     result = policy.allocate(["GPU-0001::3", "GPU-0001::0", "GPU-0000::2"], devices, sliced(4))
-    assert result.envs == {"NVIDIA_VISIBLE_DEVICES": "GPU-0000,GPU-0001"}
+    assert result.envs == {**FEATURES_OFF, "NVIDIA_VISIBLE_DEVICES": "GPU-0000,GPU-0001"}
 
 
 def test_fail_requests_greater_than_one_refuses_multi_replica_requests() -> None:
@@ -156,7 +158,7 @@ def test_volume_mounts_strategy_hides_ids_from_the_environment() -> None:
     settings = Settings()._replace(device_list_strategy=("volume-mounts",))
     devices = by_id([gpu(0)], settings)
     result = policy.allocate(["GPU-0000"], devices, settings)
-    assert result.envs == {"NVIDIA_VISIBLE_DEVICES": policy.VOLUME_MOUNT_DIR}
+    assert result.envs == {**FEATURES_OFF, "NVIDIA_VISIBLE_DEVICES": policy.VOLUME_MOUNT_DIR}
     assert result.mounts == [(f"{policy.VOLUME_MOUNT_DIR}/GPU-0000", "/dev/null", True)]
 
 
@@ -164,7 +166,8 @@ def test_cdi_only_strategies_skip_env_and_specs() -> None:
     settings = Settings()._replace(device_list_strategy=("cdi-cri", "cdi-annotations"), pass_device_specs=True)
     devices = by_id([gpu(0)], settings)
     result = policy.allocate(["GPU-0000"], devices, settings)
-    assert result.envs == {} and result.device_specs == []
+    # only the feature variables: csv mode honours them for CDI-annotated containers too
+    assert result.envs == FEATURES_OFF and result.device_specs == []
     # an NVML GPU is named in the NVIDIA Container Toolkit's spec, not in ours
     assert result.cdi_devices == ["nvidia.com/gpu=GPU-0000"]
     [(key, value)] = result.annotations.items()
@@ -174,7 +177,9 @@ def test_cdi_only_strategies_skip_env_and_specs() -> None:
 def test_tegra_gpus_go_to_the_runtime_by_index() -> None:
     tegra = Gpu(id="tegra-t210-igpu0", index=0, name="Tegra X1 (T210)", backend="tegra")
     devices = by_id([tegra], Settings())
-    assert policy.allocate(["tegra-t210-igpu0"], devices, Settings()).envs == {"NVIDIA_VISIBLE_DEVICES": "0"}
+    settings = Settings(device_list_strategy=("envvar",))
+    envs = policy.allocate(["tegra-t210-igpu0"], devices, settings).envs
+    assert envs == {**FEATURES_OFF, "NVIDIA_VISIBLE_DEVICES": "0"}
 
 
 @pytest.mark.parametrize(("ids", "message"), [
@@ -195,3 +200,17 @@ def test_a_request_naming_thousands_of_unknown_ids_gets_a_short_error() -> None:
     message = str(refused.value)
     assert message.startswith("unknown device IDs: nope-00000, nope-00001") and message.endswith("and 19990 more")
     assert len(message) < 300, "the error rides in gRPC metadata, which has a size limit"
+
+
+def test_every_answer_says_whether_the_toolkits_feature_devices_are_given() -> None:
+    # "enabled" in a GPU container's environment gives it every such node of the host (toolkit
+    # internal/modifier/cdi.go); the kubelet puts the plugin's values after the image's, so saying "disabled"
+    # overrides an image that enables them
+    settings = Settings(device_list_strategy=("volume-mounts",))
+    devices = by_id([gpu(0)], settings)
+    assert {k: v for k, v in policy.allocate(["GPU-0000"], devices, settings).envs.items()
+            if k != "NVIDIA_VISIBLE_DEVICES"} == FEATURES_OFF
+    opted_in = settings._replace(mofed_enabled=True, nvswitch_enabled=True)
+    envs = policy.allocate(["GPU-0000"], devices, opted_in).envs
+    assert (envs["NVIDIA_MOFED"], envs["NVIDIA_NVSWITCH"], envs["NVIDIA_GDS"], envs["NVIDIA_GDRCOPY"]) == (
+        "enabled", "enabled", "disabled", "disabled")

@@ -7,7 +7,7 @@ import threading
 import grpc
 import pytest
 from gpu_device_plugin.api import pb, rpc
-from helpers import run_simulated, wait_until
+from helpers import FEATURES_OFF, run_simulated, wait_until
 from kubelet_double import KubeletDouble
 
 EXTRA_STREAMS = 6
@@ -56,7 +56,7 @@ def test_extra_streams_leave_allocate_and_the_self_probe_a_worker(socket_dir: st
         assert wait_until(lambda: all(w.first.is_set() or w.ended.is_set() for w in watchers), 5)
         # deadlines, not timings: with every worker held by a stream these calls never get an answer
         response = endpoint.allocate(["sim-gpu-0"])
-        assert dict(response.container_responses[0].envs) == {"NVIDIA_VISIBLE_DEVICES": "sim-gpu-0"}
+        assert dict(response.container_responses[0].envs) == {**FEATURES_OFF, "NVIDIA_VISIBLE_DEVICES": "sim-gpu-0"}
         daemon.self_probe_timeout = 3.0
         assert daemon.alive(), "the watchdog's self-probe must get a worker too"
         refused = [w for w in watchers if w.ended.is_set()]

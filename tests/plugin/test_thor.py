@@ -34,6 +34,7 @@ from gpu_device_plugin.doctor.openrm import evaluate_openrm_driver
 from gpu_device_plugin.doctor.report import FAIL, PASS, SKIP, WARN
 from gpu_device_plugin.doctor.run import run_checks
 from gpu_device_plugin.model import Gpu
+from helpers import FEATURES_OFF
 
 FIXTURES = Path(__file__).parent / "fixtures"
 THOR = FIXTURES / "jetson-agx-thor-r39"  # jetson-agx-thor-devkit: T5000 (p3834-0008) on the p4071 carrier
@@ -277,7 +278,7 @@ def test_allocate_passes_the_uvm_nodes_only_once_they_exist(board: Path) -> None
     assert [spec[0] for spec in before.device_specs] == list(gpu.device_nodes)
     after = policy.allocate([gpu.id], devices, settings, node_exists=(present | {"/dev/nvidia-uvm"}).__contains__)
     assert [spec[0] for spec in after.device_specs] == [*gpu.device_nodes, "/dev/nvidia-uvm"]
-    assert after.envs == {"NVIDIA_VISIBLE_DEVICES": "0"}  # CSV mode: the iGPU goes by index
+    assert after.envs == {**FEATURES_OFF, "NVIDIA_VISIBLE_DEVICES": "0"}  # CSV mode: the iGPU goes by index
 
 
 # -- labels ---------------------------------------------------------------------------------------

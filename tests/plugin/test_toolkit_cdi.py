@@ -18,7 +18,7 @@ from gpu_device_plugin.core import policy
 from gpu_device_plugin.discovery.nvml import NvmlBackend
 from gpu_device_plugin.model import Gpu
 from gpu_device_plugin.session.daemon import Daemon
-from helpers import RunningDaemon, simulated_settings
+from helpers import FEATURES_OFF, RunningDaemon, simulated_settings
 from kubelet_double import KubeletDouble
 
 FIXTURE = Path(__file__).parent / "fixtures" / "x86-nvidia-580"
@@ -67,7 +67,7 @@ def test_allocate_names_the_toolkit_device_for_each_id_strategy(id_strategy: str
     gpus = discover(FIXTURE)
     result = allocate(gpus, FIXTURE, [gpu], device_id_strategy=id_strategy)
     assert result.cdi_devices == [expected]
-    assert result.envs == {}  # CDI alone: the toolkit's spec carries the driver libraries
+    assert result.envs == FEATURES_OFF  # CDI alone: the toolkit's spec carries the driver libraries
 
 
 def test_annotations_carry_the_same_toolkit_names() -> None:
@@ -88,7 +88,7 @@ def test_no_spec_falls_back_to_envvar_and_says_why_once(tmp_path: Path, caplog: 
     with caplog.at_level(logging.ERROR):
         for _ in range(3):
             result = policy.allocate([UUID0], devices, settings, toolkit_name=toolkit.namer("uuid"))
-    assert result.cdi_devices == [] and result.envs == {"NVIDIA_VISIBLE_DEVICES": UUID0}
+    assert result.cdi_devices == [] and result.envs == {**FEATURES_OFF, "NVIDIA_VISIBLE_DEVICES": UUID0}
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1
     assert "no spec of the NVIDIA Container Toolkit" in errors[0] and "nvidia-ctk cdi generate" in errors[0]
@@ -99,7 +99,7 @@ def test_a_spec_made_for_another_driver_is_stale(tmp_path: Path) -> None:
     name, problem = toolkit_spec.match_gpu(gpus[0], toolkit_spec.read_specs(str(FIXTURE)), "uuid")
     assert name == ""
     assert "made for driver 580.105.08, the loaded driver is 580.119.02" in problem
-    assert allocate(gpus, FIXTURE, [UUID0]).envs == {"NVIDIA_VISIBLE_DEVICES": UUID0}
+    assert allocate(gpus, FIXTURE, [UUID0]).envs == {**FEATURES_OFF, "NVIDIA_VISIBLE_DEVICES": UUID0}
 
 
 def test_a_spec_whose_device_nodes_moved_is_stale() -> None:
@@ -117,7 +117,7 @@ def test_a_gpu_the_spec_does_not_name_falls_back(tmp_path: Path) -> None:
     assert coverage.names == {UUID0: f"nvidia.com/gpu={UUID0}"}
     assert "names neither " + UUID1 in coverage.problems[UUID1]
     # a container asking for both GPUs goes envvar whole: half CDI, half envvar would lose one
-    assert allocate(gpus, root, [UUID0, UUID1]).envs == {"NVIDIA_VISIBLE_DEVICES": f"{UUID0},{UUID1}"}
+    assert allocate(gpus, root, [UUID0, UUID1]).envs == {**FEATURES_OFF, "NVIDIA_VISIBLE_DEVICES": f"{UUID0},{UUID1}"}
 
 
 def test_a_spec_written_after_start_is_used_from_the_next_allocate(tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_the_daemon_hands_the_kubelet_toolkit_names(socket_dir: str, kubelet: Ku
         response = kubelet.wait_registered().allocate([UUID1])
     [container] = response.container_responses
     assert [d.name for d in container.cdi_devices] == [f"nvidia.com/gpu={UUID1}"]
-    assert dict(container.envs) == {}
+    assert dict(container.envs) == FEATURES_OFF
     assert any(f"goes to containers as nvidia.com/gpu={UUID0}" in r.getMessage() for r in caplog.records)
 
 

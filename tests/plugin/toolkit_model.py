@@ -6,9 +6,17 @@ defaults (api/config/v1 toml.go, go-toml Unmarshal into GetDefault's struct); th
 annotations, then volume mounts of /dev/null under /var/run/nvidia-container-devices when
 accepted, then NVIDIA_VISIBLE_DEVICES only from a privileged container (CAP_SYS_ADMIN in the
 bounding set) or when the config accepts it (internal/config/image cuda_image.go VisibleDevices,
-devices.go, privileged.go). The Nano's hook (toolkit 1.0.5, container_config.go) reads the
-variable alone. The suite cannot run the Go runtime; the same cases were run once against the
-runtime built from those tags (the issue note has the results).
+devices.go, privileged.go). A container with a request also gets every device of each feature
+whose variable says "enabled" (NVIDIA_GDS, _MOFED, _GDRCOPY, _NVSWITCH: internal/modifier/cdi.go
+gatedDevices, in jit-cdi, csv and legacy modes; not in pure cdi mode), privileged or not. The
+environment is a map where the last entry of a name wins (builder.go WithEnv); the kubelet lists
+the device plugin's variables, then the pod's envFrom and env (kubelet_pods.go
+GenerateRunContainerOptions), and docker and containerd put the image's ENV first, so the pod's
+own value beats the plugin's, which beats the image's. The Nano's hook (toolkit 1.0.5,
+container_config.go) reads the variable alone. The request cases were run once against the
+runtimes built from those tags (the review of issue 37); the feature cases run in
+test_toolkit_runtime.py against nvidia-container-runtime built there from both tags (jit-cdi with
+the x86-64 image's configuration, CSV with the Orin's), which also checks this model's answers.
 """
 
 from __future__ import annotations
@@ -69,15 +77,16 @@ class Container:
 def container(image_env: Mapping[str, str], pod_env: Mapping[str, str] | None = None,
               allocation: Any = None, privileged: bool = False,
               volumes: Sequence[tuple[str, str]] = ()) -> Container:
-    """The container the engine creates: image ENV, then the pod's env, then the device plugin's envs
-    (later wins), the plugin's mounts and the pod's own volumes."""
-    env = {**image_env, **(pod_env or {})}
+    """The container the engine creates: image ENV, then the device plugin's envs, then the pod's envFrom
+    and env (later wins), the plugin's mounts and the pod's own volumes."""
+    env = dict(image_env)
     mounts = list(volumes)
     annotations: dict[str, str] = {}
     if allocation is not None:
         env.update(allocation.envs)
         mounts += [(host, path) for path, host, _ in allocation.mounts]
         annotations.update(allocation.annotations)
+    env.update(pod_env or {})
     return Container(env, mounts, privileged, annotations)
 
 
@@ -119,6 +128,20 @@ def requested(c: Container, config: Mapping[str, Any]) -> list[str]:
     if c.privileged or config.get("accept-nvidia-visible-devices-envvar-when-unprivileged", True):
         return devices
     return []
+
+
+# variable -> the host devices the toolkit adds for it (internal/discover: gds.go, mofed.go, gdrcopy.go, nvswitch.go)
+FEATURES = {"NVIDIA_GDS": "/dev/nvidia-fs*", "NVIDIA_MOFED": "/dev/infiniband/uverbs*",
+            "NVIDIA_GDRCOPY": "/dev/gdrdrv", "NVIDIA_NVSWITCH": "/dev/nvidia-nvswitch*"}
+
+
+def feature_devices(c: Container, config: Mapping[str, Any], mode: str = "") -> set[str]:
+    """The feature devices the runtime adds to the container: every one whose variable is "enabled", when the
+    container has any device request and the mode is not pure cdi (mode: the one `auto` resolved to)."""
+    mode = mode or config["nvidia-container-runtime"]["mode"]
+    if mode == "cdi" or not requested(c, config):
+        return set()
+    return {devices for name, devices in FEATURES.items() if c.env.get(name) == "enabled"}
 
 
 def granted(names: Sequence[str], gpus: Sequence[tuple[int, str]]) -> set[str]:

@@ -3,7 +3,8 @@ DESCRIPTION = "Installs k3s configuration drop-ins in /etc/rancher/k3s/config.ya
 k3s's containerd as the runtime, cgroup settings, kubelet reservations and eviction on small \
 boards, server add-ons, preloaded pause image, site labels) and vendor drop-ins for the k3s \
 units that derive a stable node name from the hardware and write the GPU node labels from \
-discovery at boot. Leaves /etc/rancher/k3s/config.yaml to provisioning; holds no token."
+discovery at boot; on servers, the admission policies that refuse the NVIDIA toolkit's feature \
+variables from unprivileged GPU pods. Leaves /etc/rancher/k3s/config.yaml to provisioning; holds no token."
 HOMEPAGE = "https://github.com/meta-gpu-k8s/meta-gpu-k8s"
 LICENSE = "MIT"
 # nooelint: oelint.var.licenseremotefile - no upstream source: our own config files, MIT
@@ -13,7 +14,8 @@ SRC_URI = "file://gpu-k8s-k3s-config.py \
            file://gpu-k8s-k3s-node-name \
            file://10-gpu-k8s-node.conf \
            file://20-gpu-k8s-docker.conf \
-           file://30-gpu-k8s-nvidia-setup.conf \
+           file://40-gpu-k8s-admission.conf \
+           file://gpu-k8s-nvidia-feature-variables.yaml \
 "
 
 S = "${UNPACKDIR}"
@@ -101,14 +103,22 @@ do_install() {
         if [ "${GPU_K8S_K3S_RUNTIME}" = "docker" ]; then
             install -m 0644 ${UNPACKDIR}/20-gpu-k8s-docker.conf $dir/
         fi
-        if [ -n "${GPU_K8S_NVIDIA_SETUP_UNIT}" ]; then
-            install -m 0644 ${UNPACKDIR}/30-gpu-k8s-nvidia-setup.conf $dir/
-            sed -i -e 's#@UNIT@#${GPU_K8S_NVIDIA_SETUP_UNIT}#g' $dir/30-gpu-k8s-nvidia-setup.conf
-        fi
+        # Orin and Thor: k3s requires the NVIDIA runtime's settings to be in force
+        # (gpu-k8s-nvidia-runtime-config's drop-in orders it after their check)
     done
+
+    # The server applies the admission policies (every machine: a Nano or QEMU server as well
+    # as the GPU nodes it serves); GPU_K8S_GPU_ISOLATION = "0" leaves them out.
+    if [ "${GPU_K8S_GPU_ISOLATION}" = "1" ]; then
+        install -d ${D}${datadir}/gpu-k8s/admission
+        install -m 0644 ${UNPACKDIR}/gpu-k8s-nvidia-feature-variables.yaml ${D}${datadir}/gpu-k8s/admission/
+        install -m 0644 ${UNPACKDIR}/40-gpu-k8s-admission.conf ${D}${systemd_system_unitdir}/k3s.service.d/
+        sed -i -e 's#@DATADIR@#${datadir}#g' ${D}${systemd_system_unitdir}/k3s.service.d/40-gpu-k8s-admission.conf
+    fi
 }
 
-FILES:${PN} += "${systemd_system_unitdir}/k3s.service.d ${systemd_system_unitdir}/k3s-agent.service.d"
+FILES:${PN} += "${systemd_system_unitdir}/k3s.service.d ${systemd_system_unitdir}/k3s-agent.service.d \
+                ${datadir}/gpu-k8s/admission"
 
 # The airgap images recipe exists only with the gpu-k8s distro feature (like our k3s).
 GPU_K8S_AIRGAP_PACKAGE = "${@'k3s-airgap-images' if d.getVar('GPU_K8S_K3S_AIRGAP_IMAGES') == '1' and bb.utils.contains('DISTRO_FEATURES', 'gpu-k8s', True, False, d) else ''}"
@@ -118,7 +128,8 @@ RDEPENDS:${PN} = "${GPU_K8S_AIRGAP_PACKAGE} ${GPU_K8S_DOCKER_PACKAGE}"
 # nooelint: oelint.task.noanonpython - a wrong knob must stop the parse, not build a wrong image
 python () {
     for var, allowed in (('GPU_K8S_K3S_RUNTIME', ('docker', 'containerd')),
-                         ('GPU_K8S_K3S_AIRGAP_IMAGES', ('0', '1'))):
+                         ('GPU_K8S_K3S_AIRGAP_IMAGES', ('0', '1')),
+                         ('GPU_K8S_GPU_ISOLATION', ('0', '1'))):
         value = d.getVar(var)
         if value not in allowed:
             bb.fatal('%s must be one of %s, got "%s" (set it in local.conf)' % (var, ', '.join(allowed), value))

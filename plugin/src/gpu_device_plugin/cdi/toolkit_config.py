@@ -132,12 +132,47 @@ def from_text(text: str | None) -> RuntimeConfig:
     return defaults._replace(**values)
 
 
-def read(root: str = "/") -> RuntimeConfig:
+def read_text(root: str = "/") -> str | None:
+    """config.toml's text as the runtime opens it (through meta-tegra's link to /run), or None when absent."""
     try:
         with open(os.path.join(root, CONFIG.lstrip("/")), encoding="utf-8", errors="replace") as f:
-            return from_text(f.read())
+            return f.read()
     except (FileNotFoundError, NotADirectoryError):
-        return RuntimeConfig()
+        return None
+
+
+def read(root: str = "/") -> RuntimeConfig:
+    return from_text(read_text(root))
+
+
+# The toolkit's defaults of the settings an image pins (api/config/v1 GetDefault): a key the file leaves out
+# has this value. Any other key must be in the file to be in force.
+DEFAULTS: dict[str, Any] = {ENVVAR_KEY: True, VOLUME_MOUNTS_KEY: False, f"{RUNTIME_TABLE}.mode": "auto"}
+
+
+def not_in_force(text: str | None, expected: list[tuple[str, str]]) -> list[str]:
+    """Which `key=value` settings (nvidia-ctk --set's form: a dotted key names a table) the runtime would
+    not run with, each saying what it would take instead; [] when all are in force."""
+    if text is None:
+        return [f"no {CONFIG}: the runtime runs on the toolkit's defaults"]
+    try:
+        tables = parse_toml(text)
+    except ValueError as exc:
+        return [f"{CONFIG} does not load ({exc}): the runtime fails every container"]
+    problems = []
+    for key, want in expected:
+        table, _, leaf = key.rpartition(".")
+        values = tables.get(table, {})
+        have = values[leaf] if leaf in values else DEFAULTS.get(key)
+        shown = "not set" if have is None else _toml(have) + ("" if leaf in values else " (the default)")
+        if have is None or _toml(have) != want:
+            problems.append(f"{key} is {shown}, not {want}")
+    return problems
+
+
+def _toml(value: Any) -> str:
+    """A value as nvidia-ctk --set takes it: true/false, or the string itself."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def unnamed_gpu_handover(config: RuntimeConfig) -> Handover:

@@ -1,6 +1,7 @@
 """`gpu-device-plugin`: serve (default), `dra` (the DRA driver), `discover` (what is here and why),
 `check` (the node doctor), `metrics` (the GPU metrics /metrics serves, for a person), `node-labels`
-(a k3s drop-in labelling the node with its GPU), `version`."""
+(a k3s drop-in labelling the node with its GPU), `runtime-config` (are the NVIDIA runtime's settings
+in force: the unit docker and k3s require on Jetson runs it), `version`."""
 
 from __future__ import annotations
 
@@ -83,6 +84,13 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
                                  "(removed when there is none)")
     labels.add_argument("--output", metavar="PATH", required=True,
                         help="the drop-in to write, e.g. /etc/rancher/k3s/config.yaml.d/50-gpu-labels.yaml")
+    runtime = sub.add_parser("runtime-config",
+                             help="exit 0 only when the NVIDIA runtime's config.toml has every --expect setting in "
+                                  "force, as the runtime reads it (merged over the toolkit's defaults)")
+    runtime.add_argument("--expect", metavar="KEY=VALUE", action="append", required=True,
+                         help="a setting as nvidia-ctk config --set takes it, e.g. "
+                              "accept-nvidia-visible-devices-envvar-when-unprivileged=false (repeatable)")
+    runtime.add_argument("--root", metavar="PATH", default="/", help="the host's / (for tests and containers)")
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -101,6 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "version":
         print(__version__)
         return 0
+    if args.command == "runtime-config":  # before the plugin's own settings: it needs none of them
+        from ..doctor.runtime import runtime_settings_command
+
+        return runtime_settings_command(args.expect, args.root)
     try:
         settings, warnings = load_settings(args)
     except ConfigError as exc:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from .. import __version__
 from ..config import loader
-from ..config.settings import Settings
+from ..config.settings import ConfigError, Settings
 from ..core import policy
 from ..discovery.base import DiscoveryError
 from ..discovery.select import choose
@@ -36,7 +36,7 @@ def make_monitor(settings: Settings, backend_name: str) -> HealthMonitor | None:
     if backend_name == "nvml":
         from ..health.nvml import NvmlHealthMonitor
 
-        return NvmlHealthMonitor(recovery_quiet_period_s=settings.health_recovery_period)
+        return NvmlHealthMonitor(recovery_quiet_period_s=settings.health_recovery_period, root=settings.host_root)
     return None
 
 
@@ -98,8 +98,17 @@ def serve(settings: Settings, load: Callable[[], tuple[Settings, Sequence[str]]]
             log.warning("%s", warning)
         return new
 
+    try:
+        daemon = Daemon(settings, gpus, monitor, reload_settings=reload)
+    except ConfigError as exc:
+        # a hand-over the NVIDIA runtime ignores would start every GPU pod without its GPU
+        log.error("%s", exc)
+        return 2
+    if daemon.settings.device_list_strategy != settings.device_list_strategy:
+        log.info("GPUs are handed over as %s: the hand-over the NVIDIA runtime on this node honours",
+                 ",".join(daemon.settings.device_list_strategy))
     # Everything imported so far lives as long as the process: keep it out of the cyclic garbage
     # collector, so a full collection during an Allocate walks a few objects, not ~25 000.
     gc.freeze()
-    return Daemon(settings, gpus, monitor, reload_settings=reload).run()
+    return daemon.run()
 

@@ -16,6 +16,7 @@ from .settings import (
     ALLOCATION_POLICIES,
     DEFAULT_RESOURCE,
     DEVICE_ID_STRATEGIES,
+    DEVICE_LIST_AUTO,
     DEVICE_LIST_STRATEGIES,
     DISCOVERY_STRATEGIES,
     MAX_REPLICAS,
@@ -59,6 +60,18 @@ def _list_of(choices: Sequence[str]) -> Callable[[Any], tuple[str, ...]]:
         return tuple(dict.fromkeys(out))
 
     return parse
+
+
+def _device_list(value: Any) -> tuple[str, ...]:
+    """One or more hand-overs, or "auto" alone (the one the node's NVIDIA runtime honours)."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    if [str(i).strip() for i in items if str(i).strip()] == [DEVICE_LIST_AUTO]:
+        return (DEVICE_LIST_AUTO,)
+    try:
+        return _list_of(DEVICE_LIST_STRATEGIES)(value)
+    except ValueError:
+        raise ValueError(f"must be {DEVICE_LIST_AUTO} (the hand-over the node's NVIDIA runtime honours) or one or "
+                         f"more of {', '.join(DEVICE_LIST_STRATEGIES)}; got {value!r}") from None
 
 
 def _simulated_gpus(text: Any) -> int:
@@ -152,9 +165,10 @@ OPTIONS: tuple[Option, ...] = (
            _bool, "exit non-zero when no GPU can be discovered (default: keep running, register nothing)",
            "BOOL"),
     Option("device_list_strategy", "--device-list-strategy", "DEVICE_LIST_STRATEGY",
-           ("flags", "plugin", "deviceListStrategy"), _list_of(DEVICE_LIST_STRATEGIES),
-           "how allocated GPUs reach the container runtime: envvar, volume-mounts, cdi-annotations, "
-           "cdi-cri (comma-separated)", "LIST"),
+           ("flags", "plugin", "deviceListStrategy"), _device_list,
+           "how allocated GPUs reach the container runtime: auto (default: the hand-over the node's NVIDIA "
+           "runtime honours, from its config.toml), or envvar, volume-mounts, cdi-annotations, cdi-cri "
+           "(comma-separated)", "LIST"),
     Option("device_id_strategy", "--device-id-strategy", "DEVICE_ID_STRATEGY",
            ("flags", "plugin", "deviceIDStrategy"), _choice(DEVICE_ID_STRATEGIES),
            "what NVIDIA_VISIBLE_DEVICES names: uuid or index", "STRATEGY"),
@@ -189,6 +203,17 @@ OPTIONS: tuple[Option, ...] = (
            "which API gives this node's GPUs to pods: device-plugin (nvidia.com/gpu), dra (ResourceClaims), or "
            "both (claims, and nvidia.com/gpu served through DRA); the device plugin registers only with "
            "device-plugin, the DRA driver publishes only with dra or both", "API"),
+    Option("gds_enabled", "--gds-enabled", "GDS_ENABLED", ("flags", "gdsEnabled"), _bool,
+           "give allocated containers GPUDirect Storage's /dev/nvidia-fs* (NVIDIA_GDS=enabled; default: disabled)",
+           "BOOL"),
+    Option("mofed_enabled", "--mofed-enabled", "MOFED_ENABLED", ("flags", "mofedEnabled"), _bool,
+           "give allocated containers every /dev/infiniband/uverbs* (NVIDIA_MOFED=enabled; default: disabled)",
+           "BOOL"),
+    Option("gdrcopy_enabled", "--gdrcopy-enabled", "GDRCOPY_ENABLED", ("flags", "gdrcopyEnabled"), _bool,
+           "give allocated containers GDRCopy's /dev/gdrdrv (NVIDIA_GDRCOPY=enabled; default: disabled)", "BOOL"),
+    Option("nvswitch_enabled", "--nvswitch-enabled", "NVSWITCH_ENABLED", ("flags", "plugin", "nvswitchEnabled"),
+           _bool, "give allocated containers every /dev/nvidia-nvswitch* (NVIDIA_NVSWITCH=enabled; default: "
+           "disabled)", "BOOL"),
     Option("log_level", "--log-level", "LOG_LEVEL", ("flags", "plugin", "logLevel"),
            _choice(("debug", "info", "warning", "error")), "debug, info, warning or error", "LEVEL"),
 )

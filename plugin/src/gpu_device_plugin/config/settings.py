@@ -9,6 +9,14 @@ DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
 DEFAULT_RESOURCE = "nvidia.com/gpu"
 DISCOVERY_STRATEGIES = ("auto", "tegra", "nvml", "simulated")
 DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+# the built-in default: the hand-over the node's NVIDIA runtime honours, read from its configuration at start
+# (cdi.handover); never combined with the others
+DEVICE_LIST_AUTO = "auto"
+# The NVIDIA Container Toolkit's feature variables (internal/modifier/cdi.go gatedDevices): "enabled" in a GPU
+# container's environment adds every node of the feature (/dev/infiniband/uverbs*, /dev/nvidia-fs*, /dev/gdrdrv,
+# /dev/nvidia-nvswitch*), whatever the container was allocated. Settings attribute -> variable.
+FEATURE_VARIABLES = (("gds_enabled", "NVIDIA_GDS"), ("mofed_enabled", "NVIDIA_MOFED"),
+                     ("gdrcopy_enabled", "NVIDIA_GDRCOPY"), ("nvswitch_enabled", "NVIDIA_NVSWITCH"))
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 ALLOCATION_POLICIES = ("distributed", "packed")
 # Which API hands this node's GPUs to pods: the device plugin (nvidia.com/gpu), the DRA driver
@@ -33,7 +41,7 @@ class Settings(NamedTuple):
     kubelet_socket: str = DEFAULT_KUBELET_SOCKET
     device_discovery_strategy: str = "auto"
     fail_on_init_error: bool = False
-    device_list_strategy: tuple[str, ...] = ("envvar",)
+    device_list_strategy: tuple[str, ...] = (DEVICE_LIST_AUTO,)
     device_id_strategy: str = "uuid"
     pass_device_specs: bool = False
     allocation_policy: str = "distributed"
@@ -51,6 +59,13 @@ class Settings(NamedTuple):
     # purpose, publishes; the images' config files set it explicitly
     allocation_api: str = ""
     time_slicing: TimeSlicing = TimeSlicing()
+    # the toolkit's feature devices for every allocated container (FEATURE_VARIABLES): off by default, and
+    # said so in every Allocate answer, which beats an image's own "enabled" (the kubelet puts the plugin's
+    # environment after the image's)
+    gds_enabled: bool = False
+    mofed_enabled: bool = False
+    gdrcopy_enabled: bool = False
+    nvswitch_enabled: bool = False
 
     @property
     def socket_dir(self) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from ..cdi.names import TOOLKIT_KIND
-from ..config.settings import DEFAULT_RESOURCE, Settings
+from ..config.settings import DEFAULT_RESOURCE, FEATURE_VARIABLES, Settings
 from ..model import HEALTHY, Gpu, Health
 
 REPLICA_SEPARATOR = "::"
@@ -271,6 +271,13 @@ def cdi_names(gpus: Sequence[Gpu], names: Sequence[str], settings: Settings,
     return out
 
 
+def feature_envs(settings: Settings) -> dict[str, str]:
+    """NVIDIA_GDS, _MOFED, _GDRCOPY, _NVSWITCH as the settings say. "disabled" is said, not left out: the kubelet
+    puts these after the image's environment, so an image's own "enabled" (which the toolkit honours for every
+    GPU container, unprivileged included) no longer gives the container every such node of the host."""
+    return {name: "enabled" if getattr(settings, attr) else "disabled" for attr, name in FEATURE_VARIABLES}
+
+
 def allocate(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settings: Settings,
              node_exists: Callable[[str], bool] = lambda node: True,
              toolkit_name: Callable[[Gpu], str | None] | None = None,
@@ -295,6 +302,7 @@ def allocate(ids: Sequence[str], devices: Mapping[str, AdvertisedDevice], settin
             raise AllocationError(why or "a GPU is not in the NVIDIA Container Toolkit's CDI spec")
         strategies = tuple(dict.fromkeys([strategy, *(s for s in strategies if not s.startswith("cdi-"))]))
         qualified = []
+    result.envs.update(feature_envs(settings))
     if "cdi-cri" in strategies:
         result.cdi_devices.extend(qualified)
     if "cdi-annotations" in strategies:

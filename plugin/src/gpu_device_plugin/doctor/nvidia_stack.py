@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from ..cdi import toolkit_spec
 from ..config.settings import Settings
+from ..health.fabric import FABRICMANAGER_COMM, NVSWITCH_DEVICES
 from ..model import Gpu
 from .host import host_path, read_text, short_list
 from .report import FAIL, PASS, SKIP, WARN, Check
@@ -169,10 +170,8 @@ def check_jetson_toolkit(settings: Settings, gpu_kind: str | None, gpus: Sequenc
 
 # ---------------------------------------------------------------- data-centre GPUs
 
-NVSWITCH_DEVICES = "/proc/driver/nvidia-nvswitch/devices"
 MIG_CAPS = "/dev/nvidia-caps"
 # /proc/<pid>/comm holds at most 15 characters
-FABRICMANAGER_COMM = "nv-fabricmanage"
 PERSISTENCED_COMM = "nvidia-persiste"
 
 

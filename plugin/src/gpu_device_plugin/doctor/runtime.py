@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 
-from ..cdi import toolkit_config
-from ..config.settings import Settings
+from ..cdi import handover, toolkit_config
+from ..config.settings import DEVICE_LIST_AUTO, Settings
 from .host import host_path, read_text
 from .k3s import K3S_CONTAINERD_CONFIG, K3S_CONTAINERD_TEMPLATE, K3sConfig
 from .report import FAIL, PASS, SKIP, WARN, Check
@@ -144,15 +145,8 @@ def check_container_runtime(settings: Settings, k3s: K3sConfig, gpu_kind: str | 
 # ---------------------------------------------------------------- GPU isolation
 
 ISOLATION_FIX = (f'in {toolkit_config.CONFIG} set {toolkit_config.ENVVAR_KEY} = false and '
-                 f'{toolkit_config.VOLUME_MOUNTS_KEY} = true, and use deviceListStrategy: volume-mounts '
-                 '(the image does this with GPU_K8S_GPU_ISOLATION = "1")')
-
-
-def accepted_handovers(strategies: Sequence[str], config: toolkit_config.RuntimeConfig) -> list[str]:
-    """The plugin's strategies that reach the runtime for an unprivileged container."""
-    accepts = {"volume-mounts": config.accept_volume_mounts, "envvar": config.accept_envvar_unprivileged}
-    # CDI names are resolved by the engine or the runtime whatever these settings say
-    return [s for s in strategies if accepts.get(s, s.startswith("cdi-"))]
+                 f'{toolkit_config.VOLUME_MOUNTS_KEY} = true, and leave deviceListStrategy out of the plugin\'s '
+                 'config (or set volume-mounts); the image does this with GPU_K8S_GPU_ISOLATION = "1"')
 
 
 def evaluate_isolation(gpu_kind: str | None, l4t: str, config: toolkit_config.RuntimeConfig,
@@ -162,27 +156,55 @@ def evaluate_isolation(gpu_kind: str | None, l4t: str, config: toolkit_config.Ru
     name = "GPU isolation"
     if gpu_kind not in GPU_BACKENDS:
         return Check(name, SKIP, "no NVIDIA GPU discovered")
-    if gpu_kind == "tegra" and l4t.startswith("R32"):
+    choice = handover.choose(strategies, gpu_kind, l4t, config)
+    if not choice.strategies:
+        return Check(name, FAIL, f"{choice.why}: the plugin refuses to start on it (GPU pods would start without "
+                     "their GPU)", ISOLATION_FIX)
+    chosen = ", ".join(choice.strategies)
+    how = f"the plugin chose {chosen} ({choice.why})" if tuple(strategies) == (DEVICE_LIST_AUTO,) else \
+        f"the plugin hands GPUs over as {chosen}"
+    if handover.legacy_runtime(gpu_kind, l4t):
         return Check(name, WARN, f"L4T {l4t}: the Nano's runtime (toolkit 1.0.5) gives the GPU to any container "
-                     "that sets NVIDIA_VISIBLE_DEVICES, allocated or not; it has no setting that refuses it",
+                     f"that sets NVIDIA_VISIBLE_DEVICES, allocated or not; it has no setting that refuses it ({how})",
                      "let only trusted workloads run on this node (docs/layer.md, \"GPU isolation\")")
-    if config.error:
-        return Check(name, FAIL, f"{toolkit_config.CONFIG} does not load ({config.error}): the nvidia runtime fails "
-                     "every container", f"correct {toolkit_config.CONFIG}")
     if not config.present:
         return Check(name, FAIL, f"no {toolkit_config.CONFIG}: the runtime runs on its defaults, which give every GPU "
-                     "to any container that sets NVIDIA_VISIBLE_DEVICES, requested or not", ISOLATION_FIX)
-    reaching = accepted_handovers(strategies, config)
-    if not reaching:
-        return Check(name, FAIL, f"the plugin hands GPUs over as {', '.join(strategies)}, which the runtime ignores "
-                     "for unprivileged containers: GPU pods start without their GPU", ISOLATION_FIX)
+                     f"to any container that sets NVIDIA_VISIBLE_DEVICES, requested or not ({how})", ISOLATION_FIX)
     if config.accept_envvar_unprivileged:
         return Check(name, WARN, f"{toolkit_config.ENVVAR_KEY} is true: any container that sets "
-                     "NVIDIA_VISIBLE_DEVICES (every CUDA image does) gets every GPU without requesting one",
+                     f"NVIDIA_VISIBLE_DEVICES (every CUDA image does) gets every GPU without requesting one ({how})",
                      ISOLATION_FIX)
-    return Check(name, PASS, f"unprivileged containers' NVIDIA_VISIBLE_DEVICES is ignored; the plugin's "
-                 f"{', '.join(reaching)} hand-over reaches the runtime (mode {config.mode})")
+    reached = ", ".join(handover.reaching(choice.strategies, config))
+    return Check(name, PASS, f"unprivileged containers' NVIDIA_VISIBLE_DEVICES is ignored; {how}; the {reached} "
+                 f"hand-over reaches the runtime (mode {config.mode})")
 
 
 def check_isolation(settings: Settings, gpu_kind: str | None, l4t: str) -> Check:
     return evaluate_isolation(gpu_kind, l4t, toolkit_config.read(settings.host_root), settings.device_list_strategy)
+
+
+# ---------------------------------------------------------------- `gpu-device-plugin runtime-config`
+
+
+def runtime_settings_command(expect: Sequence[str], root: str) -> int:
+    """Exit status 0 only when config.toml, as the runtime reads it, has every KEY=VALUE in force (the unit
+    docker and k3s require on Jetson runs this); 1 naming each one that is not, 2 on a malformed one."""
+    pairs = []
+    for item in expect:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"gpu-device-plugin runtime-config: --expect {item!r} must be KEY=VALUE "
+                  "(e.g. accept-nvidia-visible-devices-as-volume-mounts=true)", file=sys.stderr)
+            return 2
+        pairs.append((key, value))
+    problems = toolkit_config.not_in_force(toolkit_config.read_text(root), pairs)
+    if problems:
+        for problem in problems:
+            print(f"gpu-device-plugin runtime-config: {problem}", file=sys.stderr)
+        print(f"gpu-device-plugin runtime-config: the NVIDIA runtime would run without these settings; set them with "
+              f"nvidia-ctk config --config-file={toolkit_config.CONFIG} --in-place --set KEY=VALUE (on Jetson "
+              "the image's drop-in for nvidia-container-setup.service does at boot: journalctl -u "
+              "nvidia-container-setup)", file=sys.stderr)
+        return 1
+    print(f"{toolkit_config.CONFIG}: in force: {', '.join(f'{k}={v}' for k, v in pairs)}")
+    return 0

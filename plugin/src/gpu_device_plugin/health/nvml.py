@@ -2,9 +2,11 @@
 
 Marks a GPU Unhealthy on: a critical Xid (the official skip list and DP_* variables
 apply), a double-bit ECC error, a failed event wait (every GPU: we cannot tell which),
-or the GPU not answering a cheap NVML query. Single-bit ECC errors were corrected by the
-hardware and only get logged. A GPU goes back to Healthy once it answers NVML normally
-and nothing bad was seen for `recovery_quiet_period_s`.
+the GPU not answering a cheap NVML query, or, on an NVSwitch board, Fabric Manager down
+or the GPU's NVLink fabric not set up (health/fabric: CUDA fails with 802 there).
+Single-bit ECC errors were corrected by the hardware and only get logged. A GPU goes back
+to Healthy once it answers NVML normally and nothing bad was seen for
+`recovery_quiet_period_s`.
 
 One thread, one nvmlInit for the monitor's life. While every GPU is healthy and sends
 events, it sleeps in the event wait for `idle_wait_ms` at a time (an idle plugin costs no
@@ -25,6 +27,7 @@ from typing import Any
 from ..discovery.base import DiscoveryError
 from ..discovery.nvml_lib import is_nvml_error, load_nvml, nvml_init, nvml_shutdown, text
 from ..model import Gpu
+from . import fabric
 from .base import Report, loop_alive
 from .records import HealthRecords, LastXids
 from .rules import GOOD, Observation, XidPolicy, bad, xid_policy_from_env
@@ -64,8 +67,11 @@ class NvmlHealthMonitor:
         check_interval_s: float = 1.0,
         env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        root: str = "/",
     ) -> None:
         self._nvml_module = nvml_module
+        self._root = root  # the host's / (where /proc and the NVSwitch list are read)
+        self._fabric_manager = fabric.FabricManagerWatch(root)
         self._wait_timeout_ms = wait_timeout_ms
         self._idle_wait_ms = idle_wait_ms
         self._covered: set[str] = set()  # GPUs registered for events in the current event set
@@ -267,22 +273,30 @@ class NvmlHealthMonitor:
         return uuid if uuid in self._gpus else None
 
     def _check_devices(self, nvml: Any) -> None:
+        # an NVSwitch board's GPUs also need their fabric (a listdir; every other board stops here)
+        on_fabric = bool(fabric.nvswitches(self._root))
+        manager_running = self._fabric_manager.running() if on_fabric else True
         for gpu_id in self._gpus:
             healthy = self._records.healthy(gpu_id)
             # Healthy GPUs are polled only while non-Xid checks are on; recovery always is.
             if healthy and not self._policy.other_checks_enabled:
                 continue
-            self._observe(gpu_id, self._query(nvml, gpu_id))
+            self._observe(gpu_id, self._query(nvml, gpu_id, on_fabric, manager_running))
 
     @staticmethod
-    def _query(nvml: Any, gpu_id: str) -> Observation:
-        """Handle fetch plus one cheap query: does the GPU answer NVML normally?"""
+    def _query(nvml: Any, gpu_id: str, on_fabric: bool = False, manager_running: bool = True) -> Observation:
+        """Handle fetch plus one cheap query: does the GPU answer NVML normally? On an NVSwitch board: is its
+        fabric up?"""
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(gpu_id.encode())  # bytes: old nvidia-ml-py takes no str
-            nvml.nvmlDeviceGetMemoryInfo(handle)
+            try:
+                nvml.nvmlDeviceGetMemoryInfo(handle)
+            except Exception as exc:
+                if not is_nvml_error(nvml, exc, "NVML_ERROR_NOT_SUPPORTED"):
+                    raise  # NOT_SUPPORTED: it answered; it just lacks that query
+            if on_fabric:
+                return fabric.classify(manager_running, fabric.fabric_state(nvml, handle))
         except Exception as exc:
-            if is_nvml_error(nvml, exc, "NVML_ERROR_NOT_SUPPORTED"):
-                return GOOD  # it answered; it just lacks that query
             return bad(f"GPU does not answer NVML ({exc})")
         return GOOD
 

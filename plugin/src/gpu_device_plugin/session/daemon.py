@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from ..cdi import handover
 from ..cdi.lifecycle import CdiSpecKeeper
 from ..config.settings import Settings
 from ..core.state import DeviceState
@@ -62,9 +63,11 @@ class Daemon:
         self.state.on_health_change(self._health_changed)
         self.readiness = Readiness(self._environ)
         backend = self.gpus[0].backend if self.gpus else None
+        # the hand-over the node's NVIDIA runtime honours (ConfigError, naming the fix, when none does)
+        settings = handover.resolve(settings, self.gpus)
         self.session = KubeletSession(settings, self.gpus, self.state, self.stats, self.readiness)
-        self.reload = ConfigReload(reload_settings, lambda: self.session.settings, self.apply_settings, backend,
-                                   self.stats)
+        load = None if reload_settings is None else lambda: handover.resolve(reload_settings(), self.gpus)
+        self.reload = ConfigReload(load, lambda: self.session.settings, self.apply_settings, backend, self.stats)
         self.supervision = Supervision(self.session, self.state, self.stats, self.readiness, backend or "none",
                                        self._monitor_alive, self._environ)
         self._cdi = CdiSpecKeeper(self.gpus)
