@@ -4,9 +4,10 @@ files beside them, field for field, and the bytes protobuf writes and reads, mes
 
 from __future__ import annotations
 
-import os
+import re
 from pathlib import Path
 
+import go_caches
 import pytest
 from google.protobuf import descriptor_pb2
 from gpu_device_plugin.api import dra, schema, wire
@@ -100,14 +101,14 @@ def test_a_truncated_map_entry_is_a_decode_error_not_a_crash() -> None:
         response.FromString(b"\x0a\x07\x0a\x03uid\x12\x09")  # the entry is whole, its value says 9 bytes, has 0
 
 
-@pytest.mark.skipif(not os.environ.get("GOMODCACHE") and not Path.home().joinpath("go/pkg/mod").is_dir(),
-                    reason="no Go module cache to compare the kubelet's own protos with")
 def test_the_upstream_protos_declare_the_same_fields_where_the_module_cache_has_them(tmp_path: Path) -> None:
-    cache = Path(os.environ.get("GOMODCACHE") or Path.home() / "go/pkg/mod")
-    kubelets = sorted(cache.glob("k8s.io/kubelet@v0.3[4-9]*"))
-    if not kubelets:
-        pytest.skip("k8s.io/kubelet is not in the Go module cache")
-    upstream = kubelets[-1] / "pkg" / "apis"
+    go_mod = (go_caches.CONFORMANCE / "go.mod").read_text()
+    version = re.search(r"^\s*k8s\.io/kubelet => k8s\.io/kubelet (v\S+)", go_mod, re.M)
+    assert version, "conformance/go.mod pins no k8s.io/kubelet"
+    upstream = go_caches.MODULE_CACHE / f"k8s.io/kubelet@{version.group(1)}" / "pkg" / "apis"
+    if not upstream.is_dir():
+        pytest.skip(f"k8s.io/kubelet {version.group(1)} is not in {go_caches.MODULE_CACHE} (the conformance leg of "
+                    "./task test fetches it)")
     for api, relative in ((dra.DRA_V1BETA1, "dra/v1beta1/api.proto"),
                           (dra.REGISTRATION, "pluginregistration/v1/api.proto"),
                           (dra.HEALTH, "dra-health/v1alpha1/api.proto")):

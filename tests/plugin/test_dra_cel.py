@@ -1,20 +1,20 @@
 """The DeviceClasses (plugin/deploy/gpu-dra.yaml) and the selectors docs/dra.md and README.md tell users
 to write, compiled and evaluated by the scheduler's own CEL compiler (k8s.io/dynamic-resource-allocation/cel
-v0.36.3, through bench/dra/celcheck) against the devices we publish for every machine: each class
+of conformance/'s pin, through conformance/cmd/celcheck) against the devices we publish for every machine: each class
 selects what its name says, and `cudaComputeCapability >= 8.7`, a chip, 16 GiB select the right GPUs.
 
-Runs where Go and the module cache hold the Go side (the conformance leg of `./task test` fills it);
-elsewhere it skips saying so: tests fetch nothing from the network.
+Runs where Go is installed and conformance/'s modules are in build/go (the conformance leg of
+`./task test` fetches them from the module proxy before the plugin legs); elsewhere it skips saying so.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
+import go_caches
 import pytest
 import yaml
 from fake_nvml import FakeGpu, FakeNvml
@@ -45,11 +45,11 @@ def celcheck(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("go") is None:
         pytest.skip("no Go toolchain to build the scheduler's CEL compiler")
     out = tmp_path_factory.mktemp("celcheck") / "celcheck"
-    env = {**os.environ, "GOPROXY": "off", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
-    done = subprocess.run(["go", "build", "-o", str(out), "./celcheck"], cwd=ROOT / "bench" / "dra", env=env,
-                          capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(["go", "build", "-o", str(out), "./cmd/celcheck"], cwd=go_caches.CONFORMANCE,
+                          env=go_caches.go_env(GOPROXY="off"), capture_output=True, text=True, timeout=1200)
     if done.returncode != 0:
-        pytest.skip(f"the Go modules of bench/dra are not in the module cache (no network here): "
+        pytest.skip(f"conformance/'s Go modules are not in {go_caches.MODULE_CACHE} (the conformance leg of "
+                    f"./task test fetches them): "
                     f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
     return out
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import go_caches
 import pytest
 import toolkit_model as tm
 from fake_nvml import FakeGpu, FakeNvml
@@ -43,7 +44,7 @@ else:
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
-BUILD_ROOT = Path(os.environ.get("GPU_K8S_BUILD_ROOT") or REPO / "build").expanduser().absolute()  # tools.paths'
+BUILD_ROOT = go_caches.BUILD_ROOT
 FIXTURES = Path(__file__).parent / "fixtures"
 PLUGIN_FILES = REPO / "meta-gpu-k8s/recipes-plugin/gpu-device-plugin/files"
 X86_RUNTIME = REPO / "meta-gpu-k8s/recipes-containers/nvidia-container-toolkit/files/config.toml"
@@ -65,10 +66,7 @@ BUILD_TIMEOUT_S = 3600  # cold: the toolkit and its dependencies compiled, ~12 m
 
 
 def go_env() -> dict[str, str]:
-    """Go's caches where the conformance leg keeps them (build/go, GPU_K8S_BUILD_ROOT moves it), deletable."""
-    go_root = BUILD_ROOT / "go"
-    return {**os.environ, "GOMODCACHE": str(go_root / "mod"), "GOCACHE": str(go_root / "cache"),
-            "GOFLAGS": "-modcacherw", "GOTOOLCHAIN": "local", "CGO_ENABLED": "1"}
+    return go_caches.go_env(CGO_ENABLED="1")
 
 
 def module_dir(module: str, version: str) -> Path:
