@@ -528,16 +528,18 @@ def lint(c: Context) -> None:
 def test(c: Context, quick: bool = False, no_host_setup: bool = False) -> None:
     """Run the whole test suite, as CI does (.ci/run calls this).
 
-    Legs: ruff; tests/tools and tests/layer; tests/plugin on kirkstone's Python 3.10 with
+    Legs: ruff; tests/tools and tests/layer; the Kubernetes conformance leg (conformance/:
+    Go >= 1.26 builds k8s.io/kubernetes at our k3s's version from the module proxy into
+    build/go, skipped saying why without Go); tests/plugin on kirkstone's Python 3.10 with
     grpcio 1.66 and with 1.45 as the test clients, wrynose's (grpcio 1.78, protobuf
     6.33, on Python 3.13) and the newest (Python 3.13) library combinations, each in a venv
     under .venvs/ made when missing or stale;
-    tests/updater (the node's update agent) on Python 3.10. Exit status non-zero if any
-    leg fails.
+    tests/updater (the node's update agent) on Python 3.10. A summary lists each leg and
+    every skipped test with its reason. Exit status non-zero if any leg fails.
 
-    For the QEMU tests it installs qemu-system-x86 and busybox-static (apt-get, as root,
-    when missing) and keeps a Debian kernel (a few MB) in ~/.cache/meta-gpu-k8s/test-kernel;
-    --no-host-setup changes nothing on the host."""
+    For the QEMU tests it installs qemu-system-x86, busybox-static and the other host tools
+    the tests run (apt-get, as root, when missing) and keeps a Debian kernel (a few MB) in
+    ~/.cache/meta-gpu-k8s/test-kernel; --no-host-setup changes nothing on the host."""
     results = suite_module.run_suite(quick=quick, host_setup=not no_host_setup)
     if any(result.failed for result in results):
         raise Exit(code=1)
