@@ -5,6 +5,7 @@
 package admission
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -42,15 +43,18 @@ func serviceAccount(namespace, name string) user.Info {
 
 var (
 	admin = &user.DefaultInfo{Name: "system:admin", Groups: []string{"system:masters", "system:authenticated"}}
-	// the garbage collector (k3s runs kube-controller-manager with a service account per controller)
-	collector = serviceAccount("kube-system", "generic-garbage-collector")
+	// the garbage collector where kube-controller-manager runs with --use-service-account-credentials
+	// (the CIS hardening k3s documents); by default k3s runs every controller as controllerManager
+	collector         = serviceAccount("kube-system", "generic-garbage-collector")
+	controllerManager = &user.DefaultInfo{Name: "system:kube-controller-manager", Groups: []string{"system:authenticated"}}
 	// NVIDIA's DRA driver, installed beside ours with its own (broad) RBAC on ResourceSlices
 	nvidia = serviceAccount("nvidia-dra-driver-gpu", "nvidia-dra-driver-gpu-service-account-kubeletplugin")
 )
 
-// slice: one ResourceSlice as our driver publishes it (driver/publisher.py: the node's pool, the Node its owner)
+// slice: one ResourceSlice as our driver publishes it (gpu_device_plugin/dra/slices.py: the node's pool, the
+// Node its owner)
 func slice(driver, nodeName string) *resourcev1.ResourceSlice {
-	s := &resourcev1.ResourceSlice{
+	return &resourcev1.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: nodeName + "-" + driver + "-x7k2p", UID: "5c1b0a4e-0000-4000-8000-000000000001",
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: nodeName,
 				UID: "9d3f2b1c-0000-4000-8000-000000000002", Controller: ptr(true)}}},
@@ -59,7 +63,6 @@ func slice(driver, nodeName string) *resourcev1.ResourceSlice {
 			Devices: []resourcev1.Device{{Name: "gpu-0", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
 				"productName": {StringValue: ptr("Orin (nvgpu)")}}}}},
 	}
-	return s
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -93,7 +96,7 @@ func allowed(t *testing.T, what string, err error) {
 // refused: by our policy, with its message naming the slice's node and the writer
 func refused(t *testing.T, what string, err error, nodeName, writer string) {
 	t.Helper()
-	want := refusal + " (system:node:" + nodeName + "), not by " + writer
+	want := refusal + " (system:node:" + nodeName + " in group system:nodes), not by " + writer
 	if err == nil {
 		t.Errorf("%s: admitted, want refused by the policy", what)
 	} else if !strings.Contains(err.Error(), want) {
@@ -151,8 +154,8 @@ func TestANodeCannotWriteAnotherNodesSlices(t *testing.T) {
 	refused(t, "create for orin-1 by thor-1", c.write(t, node("thor-1"), admission.Create, theirs, nil),
 		"orin-1", "system:node:thor-1")
 	// nothing changed but the writer
-	refused(t, "unchanged update of orin-1's slice by thor-1", c.write(t, node("thor-1"), admission.Update, theirs, theirs),
-		"orin-1", "system:node:thor-1")
+	refused(t, "unchanged update of orin-1's slice by thor-1",
+		c.write(t, node("thor-1"), admission.Update, theirs, theirs), "orin-1", "system:node:thor-1")
 	grown := theirs.DeepCopy()
 	grown.Spec.Devices = append(grown.Spec.Devices, resourcev1.Device{Name: "gpu-9"})
 	refused(t, "a device added to orin-1's slice by thor-1", c.write(t, node("thor-1"), admission.Update, grown, theirs),
@@ -169,12 +172,17 @@ func TestNoOtherIdentityWritesOurSlices(t *testing.T) {
 		serviceAccount("default", "ci-runner"),
 		nvidia,
 		collector,
+		controllerManager,
 		&user.DefaultInfo{Name: "alice", Groups: []string{"system:authenticated"}},
+		// a node's name outside group system:nodes (a client certificate another signer issued): the
+		// Node authorizer and NodeRestriction do not take it for the node, nor does the policy
+		&user.DefaultInfo{Name: "system:node:orin-1", Groups: []string{"system:authenticated"}},
+		&user.DefaultInfo{Name: "system:node:orin-1"},
 	} {
-		refused(t, "create by "+who.GetName(), c.write(t, who, admission.Create, ours, nil), "orin-1", who.GetName())
-		refused(t, "update by "+who.GetName(), c.write(t, who, admission.Update, grown, ours), "orin-1", who.GetName())
-		refused(t, "unchanged update by "+who.GetName(), c.write(t, who, admission.Update, ours, ours), "orin-1",
-			who.GetName())
+		label := fmt.Sprintf("%s %v", who.GetName(), who.GetGroups())
+		refused(t, "create by "+label, c.write(t, who, admission.Create, ours, nil), "orin-1", who.GetName())
+		refused(t, "update by "+label, c.write(t, who, admission.Update, grown, ours), "orin-1", who.GetName())
+		refused(t, "unchanged update by "+label, c.write(t, who, admission.Update, ours, ours), "orin-1", who.GetName())
 	}
 	// a slice of ours that names no node (every node, a node selector) is nobody's to write, not even a node's
 	everywhere := slice(ourDriver, "orin-1")
@@ -196,7 +204,8 @@ func TestOtherDriversSlicesAreLeftAlone(t *testing.T) {
 	}
 	// a driver whose name only starts or ends like ours is another driver
 	for _, driver := range []string{"gpu.meta-gpu-k8s.io.example.com", "dgpu.gpu.meta-gpu-k8s.io"} {
-		allowed(t, driver+"'s slice created by "+admin.Name, c.write(t, admin, admission.Create, slice(driver, "orin-1"), nil))
+		allowed(t, driver+"'s slice created by "+admin.Name,
+			c.write(t, admin, admission.Create, slice(driver, "orin-1"), nil))
 	}
 }
 
@@ -205,7 +214,43 @@ func TestDeletesOfOurSlicesAreNotBlocked(t *testing.T) {
 	ours := slice(ourDriver, "orin-1")
 	// the kubelet wipes its node's slices of a driver gone (and at its start), the garbage collector a
 	// deleted Node's, an admin cleans up; another node is held off by the Node authorizer, not here
-	for _, who := range []user.Info{node("orin-1"), collector, admin, node("thor-1")} {
+	for _, who := range []user.Info{node("orin-1"), collector, controllerManager, admin, node("thor-1")} {
 		allowed(t, "delete by "+who.GetName(), c.write(t, who, admission.Delete, nil, ours))
 	}
+}
+
+// A Node deleted with propagationPolicy Orphan keeps its "orphan" finalizer until the garbage collector
+// has taken its owner reference off every dependent, by a patch: an UPDATE by the collector, which the
+// policy must let through or the Node's deletion never ends. Nothing else passes with it.
+func TestTheGarbageCollectorMayOnlyTakeTheNodesOwnerReferenceOff(t *testing.T) {
+	c := startChain(t, draObjects(t))
+	ours := slice(ourDriver, "orin-1")
+	orphaned := ours.DeepCopy()
+	orphaned.OwnerReferences = nil
+	orphaned.ResourceVersion = "8"
+	orphaned.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: "Update"}}
+	for _, who := range []user.Info{collector, controllerManager} {
+		allowed(t, who.GetName()+" orphaning a slice", c.write(t, who, admission.Update, orphaned, ours))
+	}
+	// one of two owners taken off (the driver sets one; someone may have added another)
+	two := ours.DeepCopy()
+	two.OwnerReferences = append(two.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "Node",
+		Name: "orin-1-old", UID: "9d3f2b1c-0000-4000-8000-000000000003"})
+	allowed(t, "the collector taking one of two owners off", c.write(t, collector, admission.Update, ours, two))
+
+	withDevice := orphaned.DeepCopy()
+	withDevice.Spec.Devices = append(withDevice.Spec.Devices, resourcev1.Device{Name: "gpu-9"})
+	refused(t, "owner taken off and a device added", c.write(t, collector, admission.Update, withDevice, ours),
+		"orin-1", collector.GetName())
+	swapped := ours.DeepCopy()
+	swapped.OwnerReferences[0].UID = "9d3f2b1c-0000-4000-8000-000000000004"
+	replaced := two.DeepCopy()
+	replaced.OwnerReferences = swapped.OwnerReferences
+	refused(t, "two owners replaced by a new one", c.write(t, admin, admission.Update, replaced, two), "orin-1",
+		admin.Name)
+	refused(t, "an owner added", c.write(t, admin, admission.Update, two, ours), "orin-1", admin.Name)
+	refused(t, "an owner-less slice updated unchanged", c.write(t, admin, admission.Update, orphaned, orphaned),
+		"orin-1", admin.Name)
+	refused(t, "an owner taken off at creation", c.write(t, collector, admission.Create, orphaned, nil),
+		"orin-1", collector.GetName())
 }
