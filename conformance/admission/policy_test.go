@@ -17,6 +17,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/openapi"
 	"k8s.io/client-go/openapi/openapitest"
+	admissionregistrationdefaults "k8s.io/kubernetes/pkg/apis/admissionregistration/v1"
 )
 
 const (
@@ -46,10 +48,17 @@ const (
 
 var features = []string{"NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_GDRCOPY", "NVIDIA_NVSWITCH"}
 
-// policyObjects decodes the manifest k3s applies: every document, typed.
+// policyObjects decodes the feature-variable manifest k3s applies: every document, typed.
 func policyObjects(t *testing.T) []runtime.Object {
 	t.Helper()
-	path := os.Getenv("GPU_K8S_ADMISSION_MANIFEST")
+	return manifestObjects(t, manifest, "GPU_K8S_ADMISSION_MANIFEST")
+}
+
+// manifestObjects decodes a manifest of the repository (the file the environment variable override
+// names, if set): every document, typed.
+func manifestObjects(t *testing.T, manifest, override string) []runtime.Object {
+	t.Helper()
+	path := os.Getenv(override)
 	if path == "" {
 		// go test runs in this package's directory, two below the repository's root
 		repo := os.Getenv("CONFORMANCE_REPO")
@@ -72,10 +81,22 @@ func policyObjects(t *testing.T) []runtime.Object {
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
+		defaults.Default(object)
 		objects = append(objects, object)
 	}
 	return objects
 }
+
+// defaults holds kube-apiserver's defaulting of admission objects (what it applies when k3s creates
+// them): a policy leaving out matchPolicy or its selectors gets them as on a server (a nil selector
+// would make the plugin refuse every request), not as written.
+var defaults = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := admissionregistrationdefaults.RegisterDefaults(s); err != nil {
+		panic(err)
+	}
+	return s
+}()
 
 // The policies' type converter comes from the API server's OpenAPI document; the fake clientset has
 // none, so the embedded copy client-go keeps for tests stands in for it.
@@ -94,15 +115,22 @@ type chain struct {
 	validate *validating.Plugin
 }
 
+// newChain: the feature-variable policies, a tenant's namespace and an exempt one.
 func newChain(t *testing.T) chain {
 	t.Helper()
-	objects := append(policyObjects(t),
+	return startChain(t, append(policyObjects(t),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant}},
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: exempt, Labels: map[string]string{exemption: "allowed"}}})
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: exempt, Labels: map[string]string{exemption: "allowed"}}}))
+}
+
+// startChain: both plugins, initialised as kube-apiserver does, over a cluster holding these objects.
+func startChain(t *testing.T, objects []runtime.Object) chain {
+	t.Helper()
 	client := clientset{fake.NewClientset(objects...)}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace)
+	mapper.Add(resourcev1.SchemeGroupVersion.WithKind("ResourceSlice"), meta.RESTScopeRoot)
 	dynamic := dynamicfake.NewSimpleDynamicClient(scheme.Scheme)
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
@@ -155,15 +183,20 @@ func (c chain) admit(t *testing.T, namespace string, pod *corev1.Pod) (*corev1.P
 	attrs := admission.NewAttributesRecord(pod, nil, corev1.SchemeGroupVersion.WithKind("Pod"), namespace, pod.Name,
 		corev1.SchemeGroupVersion.WithResource("pods"), "", admission.Create, &metav1.CreateOptions{}, false,
 		&user.DefaultInfo{Name: "tenant-user"})
-	interfaces := admission.NewObjectInterfacesFromScheme(scheme.Scheme)
-	ctx := context.Background()
-	if err := c.mutate.Admit(ctx, attrs, interfaces); err != nil {
-		return nil, err
-	}
-	if err := c.validate.Validate(ctx, attrs, interfaces); err != nil {
+	if err := c.review(attrs); err != nil {
 		return nil, err
 	}
 	return attrs.GetObject().(*corev1.Pod), nil
+}
+
+// review runs one request through the chain: the mutating plugin, then the validating one on its result.
+func (c chain) review(attrs admission.Attributes) error {
+	interfaces := admission.NewObjectInterfacesFromScheme(scheme.Scheme)
+	ctx := context.Background()
+	if err := c.mutate.Admit(ctx, attrs, interfaces); err != nil {
+		return err
+	}
+	return c.validate.Validate(ctx, attrs, interfaces)
 }
 
 func gpuContainer(name string, env ...corev1.EnvVar) corev1.Container {

@@ -65,8 +65,13 @@ def test_the_admission_policy_binds_our_slices_to_the_node_that_writes_them() ->
     # deletes stay open: the kubelet wipes a gone driver's slices, the garbage collector a deleted Node's
     assert (rule["resources"], rule["operations"]) == (["resourceslices"], ["CREATE", "UPDATE"])
     assert policy["spec"]["matchConditions"][0]["expression"] == f'object.spec.driver == "{DEFAULT_DRIVER}"'
+    # what each rule lets through is proved in Kubernetes' own admission plugin (conformance/admission)
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     [validation] = policy["spec"]["validations"]
-    assert '"system:node:" + object.spec.nodeName' in validation["expression"]
+    assert validation["expression"] == "variables.byItsNode || variables.onlyOwnersRemoved"
+    assert '"system:node:" + object.spec.nodeName' in variables["byItsNode"]
+    assert '"system:nodes" in request.userInfo.groups' in variables["byItsNode"]
+    assert "object.spec == oldObject.spec" in variables["onlyOwnersRemoved"]
     assert policy["spec"]["failurePolicy"] == "Fail"
 
 
