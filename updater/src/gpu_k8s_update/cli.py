@@ -146,6 +146,9 @@ def _status(node: Node, version: str | None) -> int:
         facts = upgrade.observe(node, version)
         decision = decide.plan_upgrade(facts, node.settings.max_install_attempts)
         report["next_step"] = {"step": decision.step.value, "reason": decision.reason}
+    data = node.data_report()
+    report["data"] = {"state": data.state, "time": data.time, "detail": data.detail,
+                      "annotation": data.annotation}
     report["recent_events"] = node.store.recent_events()
     json.dump(report, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
