@@ -91,7 +91,9 @@ def lines_seen_at_last_commit(agent_events: Sequence[Mapping[str, Any]]) -> int:
     /data (0 when it never did: everything in the log is then news)."""
     seen = 0
     for event in agent_events:
-        if isinstance(event, Mapping) and event.get("event") == COMMIT_EVENT and isinstance(event.get(COUNT_FIELD), int):
+        if not isinstance(event, Mapping) or event.get("event") != COMMIT_EVENT:
+            continue
+        if isinstance(event.get(COUNT_FIELD), int):
             seen = event[COUNT_FIELD]
     return seen
 
