@@ -152,7 +152,7 @@ def test_a_rolled_back_node_that_also_lost_its_data_has_both_problems() -> None:
     found = status.report([node("nano-c", state="rolled-back", reason="the gate said: no GPU", data=LOST)], [], [])
     assert len(found.problems) == 2 and found.problems[0].startswith("nano-c: rolled back 1.4.0 at ")
     assert found.problems[1].startswith("nano-c: /data was made again at 2026-11-29T12:00:00Z")
-    assert "provision it again (docs/fleet.md, 'First flash')" in found.problems[1]
+    assert "provision it again (docs/fleet.md, 'First flash with the A/B layout')" in found.problems[1]
 
 
 FAKE_KUBECTL = """

@@ -112,8 +112,8 @@ def data_cell(name: str, value: str | None) -> tuple[str, str]:
     if verdict == "recreated":
         return f"RECREATED {when}".strip(), (
             f"{name}: /data was made again at {when or '?'} (the check could not repair it), after its last update: "
-            "its k3s state, images and provisioning are gone; provision it again (docs/fleet.md, 'First flash'). "
-            "This clears when the node commits its next update")
+            "its k3s state, images and provisioning are gone; provision it again (docs/fleet.md, 'First flash "
+            "with the A/B layout'). This clears when the node commits its next update")
     if verdict == "unavailable":
         return f"UNAVAILABLE {when}".strip(), (
             f"{name}: /data does not mount in this boot (checked {when or '?'}): its workloads do not run; see "
