@@ -251,3 +251,26 @@ def test_a_node_without_the_check_says_unknown_and_a_broken_log_line_costs_nothi
     assert data_check.summarize(None, lines, 9).state == "repaired", "a log shorter than at the commit is new"
     assert data_check.lines_seen_at_last_commit([{"event": "gate-committed", "data_events": 2}, "junk",
                                                  {"event": "gate-committed"}]) == 2
+
+
+@needs_e2fsprogs
+def test_the_report_at_k3s_start_publishes_only_the_data_annotation_and_waits_for_the_api(
+        board: Board, kubelet: HealthServer) -> None:
+    board.publish(URL, NEW)
+    upgrade(board, kubelet, "--artifact-url", URL)
+    board.power_cycle()
+    data_boot(board, "clean")
+    gate(board, kubelet)
+    before = annotations(board)
+    board.power_cycle()
+    lost = data_boot(board, "lost")
+    board.change(api_down=True)
+    env = board.environment(kubelet.url)
+    refused = run_agent(env, "report", "--timeout", "0.2")
+    assert refused.returncode == 1 and "not published within" in refused.stderr, describe(refused)
+    assert annotations(board) == before
+    board.change(api_down=False)
+    done = run_agent(env, "report")
+    assert done.returncode == 0, describe(done)
+    assert board.state()["published"][-1] == {publish.DATA: f"recreated {lost['time']}"}
+    assert annotations(board) == {**before, publish.DATA: f"recreated {lost['time']}"}

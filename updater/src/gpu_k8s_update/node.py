@@ -88,6 +88,13 @@ class Node:
         """Lines in the data-events log now: the gate records it with each commit (data_check.py)."""
         return len(data_check.read_event_lines(self.settings.data_events_file))
 
+    def publish_data(self) -> tuple[bool, str]:
+        """Only the data partition's annotation (a merge patch leaves the update state as it is)."""
+        value = self.data_report().annotation
+        done, detail = publish.publish(self.settings.kubectl_command, self.settings.status_kubeconfigs,
+                                       self.node_name, {publish.DATA: value})
+        return done, f"{publish.DATA}={value}: {detail}"
+
     def publish_state(self, state: str, target: str, reason: str) -> bool:
         """Best effort: the update state and the data partition's as annotations on this node's
         Node object (publish.py)."""
