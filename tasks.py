@@ -488,11 +488,13 @@ def status(c: Context) -> None:
     """Show where every node of the fleet stands and where the current rollout is, from the cluster.
 
     A table of every node (machine, k3s role, Ready and cordoned, OS release and slot, update
-    state as its update agent published it: pending, committed, rolled back or failed, and
-    allocatable nvidia.com/gpu of its GPUs), then each rollout Plan (ring, version, the node it
-    is updating, what it waits for), then the problems. Reads the cluster with kubectl
-    (KUBECONFIG picks it, GPU_K8S_KUBECTL overrides the command), changes nothing. Exit status
-    1 when a node failed or rolled back, a rollout job failed, or the cluster cannot be read."""
+    state as its update agent published it: pending, committed, rolled back or failed, what the
+    data check did to its /data since its last update, and allocatable nvidia.com/gpu of its
+    GPUs), then each rollout Plan (ring, version, the node it is updating, what it waits for),
+    then the problems. Reads the cluster with kubectl (KUBECONFIG picks it, GPU_K8S_KUBECTL
+    overrides the command), changes nothing. Exit status 1 when a node failed or rolled back, a
+    node's /data was made again since its last update or does not mount, a rollout job failed,
+    or the cluster cannot be read."""
     try:
         found = status_module.run_status()
     except status_module.StatusError as failure:

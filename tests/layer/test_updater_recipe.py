@@ -120,10 +120,12 @@ def test_the_image_names_the_backend_of_the_mender_integration_it_was_built_with
 
 def test_gate_unit_is_installed_enabled_and_runs_the_console_script():
     bb = parse(recipe())
-    assert bb.value("SYSTEMD_SERVICE", "${PN}") == "gpu-k8s-update-gate.service"
+    assert bb.value("SYSTEMD_SERVICE", "${PN}").split() == ["gpu-k8s-update-gate.service",
+                                                            "gpu-k8s-update-report.service"]
     assert bb.values("SYSTEMD_AUTO_ENABLE", "${PN}")[-1].value == "enable"
     install = bb.tasks["do_install:append"]
     assert "${S}/systemd/gpu-k8s-update-gate.service" in install and "${systemd_system_unitdir}" in install
+    assert "${S}/systemd/gpu-k8s-update-report.service" in install
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str
     unit.read(UPDATER / "systemd/gpu-k8s-update-gate.service")
@@ -135,3 +137,14 @@ def test_gate_unit_is_installed_enabled_and_runs_the_console_script():
         "the gate runs only while our marker exists on the data partition"
     )
     assert unit["Service"]["FailureAction"] == "reboot", "a crashed gate must not leave an unproven update"
+
+
+def test_report_unit_publishes_the_data_check_each_time_k3s_starts_and_never_acts_on_failure():
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str
+    unit.read(UPDATER / "systemd/gpu-k8s-update-report.service")
+    assert unit["Service"]["ExecStart"].split() == ["/usr/bin/gpu-k8s-update", "report"]
+    assert set(unit["Install"]["WantedBy"].split()) == {"k3s.service", "k3s-agent.service"}
+    assert {"k3s.service", "k3s-agent.service", "gpu-k8s-data.service"} <= set(unit["Unit"]["After"].split())
+    assert unit["Service"]["Type"] == "exec", "the boot never waits for the API server"
+    assert "FailureAction" not in unit["Service"], "publishing decides nothing"

@@ -1,5 +1,6 @@
 """`./task status`: the fleet table and the rollout's state from Node, Plan and Job objects, and
-its exit status (non-zero when a node failed or rolled back, or a rollout job failed)."""
+its exit status (non-zero when a node failed or rolled back, its /data was made again since its
+last update or does not mount, or a rollout job failed)."""
 
 from __future__ import annotations
 
@@ -21,14 +22,14 @@ NANO, X86 = "jetson-nano-devkit", "genericx86-64"
 
 def node(name: str, device_type: str = NANO, *, server: bool = False, ready: bool = True, cordoned: bool = False,
          gpus: tuple[int, int] | None = (1, 1), state: str = "", target: str = "1.4.0", reason: str = "",
-         labels: dict[str, str] | None = None) -> dict:
+         labels: dict[str, str] | None = None, data: str = "ok") -> dict:
     found = {"kubernetes.io/hostname": name, rollout.DEVICE_TYPE_LABEL: device_type, **(labels or {})}
     if server:
         found[rollout.SERVER_LABEL] = "true"
     notes = {}
     if state:
         notes = publish.annotations(state, target, reason, "1.4.0" if state == "committed" else "1.3.0", "part 2",
-                                    "mender-uboot", now=1795000000)
+                                    "mender-uboot", data, now=1795000000)
     item: dict = {"metadata": {"name": name, "labels": found, "annotations": notes},
                   "spec": {"unschedulable": True} if cordoned else {},
                   "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
@@ -62,8 +63,8 @@ def job(plan: str, node_name: str, failed: int = 0, state: str = "active") -> di
 
 
 def test_the_keys_status_reads_are_the_ones_the_agent_publishes() -> None:
-    assert (status.OS_VERSION, status.SLOT, status.STATE, status.TARGET, status.REASON, status.TIME) == (
-        publish.OS_VERSION, publish.SLOT, publish.STATE, publish.TARGET, publish.REASON, publish.TIME)
+    assert (status.OS_VERSION, status.SLOT, status.STATE, status.TARGET, status.REASON, status.TIME, status.DATA) == (
+        publish.OS_VERSION, publish.SLOT, publish.STATE, publish.TARGET, publish.REASON, publish.TIME, publish.DATA)
     assert set(status.BAD_STATES) == {publish.ROLLED_BACK, publish.FAILED}
 
 
@@ -71,10 +72,11 @@ def test_a_node_row_says_machine_role_release_slot_update_and_gpus() -> None:
     row = status.node_row(node("x86-1", X86, server=True, cordoned=True, gpus=(1, 2), state="committed"))
     assert (row.machine, row.role, row.ready, row.os_version, row.slot, row.update, row.gpu) == (
         X86, "server", "Ready,SchedulingDisabled", "1.4.0", "part 2", "committed 1.4.0", "1/2 (1 unhealthy)")
-    assert row.problem == ""
+    assert row.problem == "" and row.data == "ok" and row.data_problem == ""
     quiet = status.node_row(node("old", "", gpus=None, ready=False))
     assert quiet.update.startswith("unknown") and quiet.os_version == "meta-gpu-k8s 6.0 (os-release)"
     assert quiet.machine == "? (arm64)" and quiet.gpu == "-" and quiet.ready == "NotReady" and quiet.slot == "-"
+    assert quiet.data == "-", "an agent that never reported says nothing about /data"
 
 
 @pytest.mark.parametrize(("state", "shown"), [("rolled-back", "ROLLED BACK 1.4.0"), ("failed", "FAILED 1.4.0")])
@@ -105,7 +107,7 @@ def test_the_rollout_shows_the_server_updating_and_the_agents_waiting_for_it() -
     assert shown.problems == []
     text = status.render(shown)
     assert text.splitlines()[1].split() == ["NODE", "MACHINE", "ROLE", "STATUS", "OS", "VERSION", "SLOT", "UPDATE",
-                                            "GPU"]
+                                            "DATA", "GPU"]
     assert "pending 1.4.0" in text and "x86-1" in text.splitlines()[3], "servers are listed first"
 
 
@@ -124,6 +126,33 @@ def test_a_failed_job_and_a_rolled_back_node_fail_the_status() -> None:
     assert len(shown.problems) == 2
     assert shown.problems[0].startswith("nano-c: rolled back 1.4.0") and "kubelet" in shown.problems[0]
     assert shown.problems[1].startswith(f"{canary}: node nano-c failed: job apply-")
+
+
+LOST = "recreated 2026-11-29T12:00:00Z"
+
+
+@pytest.mark.parametrize(("published", "shown", "problem"), [
+    ("ok", "ok", ""),
+    ("repaired 2026-11-28T06:00:00Z", "repaired 2026-11-28T06:00:00Z", ""),
+    (LOST, "RECREATED 2026-11-29T12:00:00Z", "nano-1: /data was made again at 2026-11-29T12:00:00Z"),
+    ("unavailable 2026-11-29T12:00:00Z", "UNAVAILABLE 2026-11-29T12:00:00Z", "nano-1: /data does not mount"),
+    ("unknown", "unknown", ""),
+])
+def test_the_data_column_says_what_the_check_did_and_a_lost_or_unmounted_data_is_a_problem(
+        published: str, shown: str, problem: str) -> None:
+    found = status.report([node("nano-1", state="committed", data=published)], [], [])
+    row = found.nodes[0]
+    assert row.data == shown and row.problem == ""
+    assert found.problems == ([row.data_problem] if problem else [])
+    assert row.data_problem.startswith(problem) if problem else row.data_problem == ""
+    assert shown in status.render(found).splitlines()[3]
+
+
+def test_a_rolled_back_node_that_also_lost_its_data_has_both_problems() -> None:
+    found = status.report([node("nano-c", state="rolled-back", reason="the gate said: no GPU", data=LOST)], [], [])
+    assert len(found.problems) == 2 and found.problems[0].startswith("nano-c: rolled back 1.4.0 at ")
+    assert found.problems[1].startswith("nano-c: /data was made again at 2026-11-29T12:00:00Z")
+    assert "provision it again (docs/fleet.md, 'First flash with the A/B layout')" in found.problems[1]
 
 
 FAKE_KUBECTL = """
@@ -182,3 +211,16 @@ def test_task_status_names_an_unreachable_cluster_in_one_line(stand_ins, tmp_pat
     done = task_status(stand_ins, tmp_path, {"down": True})
     assert done.returncode == 1 and done.stderr.strip().count("\n") == 0
     assert done.stderr.startswith("error: cannot reach the cluster") and "KUBECONFIG" in done.stderr
+
+
+def test_task_status_exits_1_on_a_node_whose_data_was_made_again(stand_ins, tmp_path: Path) -> None:
+    cluster = {"nodes": [node("x86-1", X86, server=True, state="committed"),
+                         node("nano-1", state="committed", data="repaired 2026-11-28T06:00:00Z")],
+               "plans": [], "jobs": []}
+    repaired = task_status(stand_ins, tmp_path, cluster)
+    assert repaired.returncode == 0, repaired.stderr
+    assert "repaired 2026-11-28T06:00:00Z" in repaired.stdout
+    cluster["nodes"][1] = node("nano-1", state="committed", data=LOST)
+    lost = task_status(stand_ins, tmp_path, cluster)
+    assert lost.returncode == 1 and "1 problem(s)" in lost.stderr
+    assert "RECREATED 2026-11-29T12:00:00Z" in lost.stdout and "nano-1: /data was made again" in lost.stdout

@@ -377,6 +377,9 @@ class SimulatedNode:
             "GPU_K8S_UPDATE_UNREACHABLE_GRACE_S": "0.5",
             "GPU_K8S_UPDATE_WAIT_FOR_GATE_S": "20",
             "GPU_K8S_UPDATE_REBOOT_WAIT_S": "10",
+            # where the layer's data-partition scripts leave their verdicts (data_partition.py)
+            "GPU_K8S_UPDATE_DATA_STATE_FILE": str(self.root / "run" / "gpu-k8s" / "data-state.json"),
+            "GPU_K8S_UPDATE_DATA_EVENTS_FILE": str(self.root / "data" / "gpu-k8s" / "data-events.log"),
         }
         env.update(extra or {})
         return env

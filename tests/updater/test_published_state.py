@@ -8,12 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+from data_partition import E2FSPROGS, data_boot
 from fake_board import Board, HealthServer, describe, run_agent
-from gpu_k8s_update import publish
+from gpu_k8s_update import data_check, publish
 
 URL = "https://updates.example/1.1.0/gpu-k8s-image-jetson-nano-devkit.mender"
 X86_URL = "https://updates.example/1.1.0/gpu-k8s-image-genericx86-64.mender"
 NEW = "gpu-k8s-1.1.0"
+URL_12 = "https://updates.example/1.2.0/gpu-k8s-image-jetson-nano-devkit.mender"
 KILLED = -9
 
 
@@ -149,11 +151,126 @@ def test_the_published_patch_touches_only_annotations_in_our_own_domain() -> Non
     """A node may change its own annotations (NodeRestriction guards labels and taints): the patch
     carries nothing else, so the kubelet's credential is enough on every node."""
     values = publish.annotations(publish.ROLLED_BACK, "1.4.0", "the gate said:\n  kubelet down", "1.3.0", "B",
-                                 "mender-tegra", now=0)
+                                 "mender-tegra", "recreated 2026-11-29T12:00:00Z", now=0)
     body = json.loads(publish.merge_patch(values))
     assert list(body) == ["metadata"] and list(body["metadata"]) == ["annotations"]
     assert set(body["metadata"]["annotations"]) == set(publish.KEYS)
     assert all(key.startswith("update.gpu-k8s.io/") for key in publish.KEYS)
     assert values[publish.REASON] == "the gate said: kubelet down" and values[publish.TIME] == "1970-01-01T00:00:00Z"
+    assert publish.DATA == "update.gpu-k8s.io/data" and values[publish.DATA] == "recreated 2026-11-29T12:00:00Z"
     with pytest.raises(ValueError, match="unknown update state"):
-        publish.annotations("half-done", "1.4.0", "", "1.3.0", "A", "mender-grub")
+        publish.annotations("half-done", "1.4.0", "", "1.3.0", "A", "mender-grub", "ok")
+
+
+# ---------------------------------------------------------------- the data partition (issue 33)
+
+needs_e2fsprogs = pytest.mark.skipif(not E2FSPROGS, reason="e2fsprogs and util-linux's blkid are not on this host")
+
+
+def node_status(board: Board, kubelet: HealthServer) -> dict:
+    result = run_agent(board.environment(kubelet.url), "status")
+    assert result.returncode == 0, describe(result)
+    return json.loads(result.stdout)
+
+
+def update_to_1_2(board: Board, kubelet: HealthServer) -> None:
+    """A whole update the gate commits, its first boot finding /data clean."""
+    board.publish(URL_12, "gpu-k8s-1.2.0")
+    job = run_agent(board.environment(kubelet.url), "upgrade", "--version", "1.2.0", "--artifact-url", URL_12)
+    assert job.returncode == KILLED, describe(job)
+    board.power_cycle()
+    data_boot(board, "clean")
+    assert gate(board, kubelet).returncode == 0
+    assert board.state()["committed"][-1] == "gpu-k8s-1.2.0"
+
+
+@needs_e2fsprogs
+def test_a_data_partition_made_again_is_published_until_the_node_commits_an_update(
+        board: Board, kubelet: HealthServer) -> None:
+    board.publish(URL, NEW)
+    assert upgrade(board, kubelet, "--artifact-url", URL).returncode == KILLED
+    board.power_cycle()
+    assert data_boot(board, "clean")["state"] == "ok"
+    assert gate(board, kubelet).returncode == 0
+    assert annotations(board)[publish.DATA] == "ok"
+    # a later boot: the data partition is beyond repair; the layer makes a new one
+    board.power_cycle()
+    lost = data_boot(board, "lost")
+    assert lost["state"] == "recreated" and board.marker() is None
+    # the node is provisioned again and the next rollout's job finds it on 1.1.0 already
+    job = upgrade(board, kubelet, "--artifact-url", URL)
+    assert job.returncode == 0, describe(job)
+    now = annotations(board)
+    assert now[publish.STATE] == "committed" and now[publish.DATA] == f"recreated {lost['time']}"
+    shown = node_status(board, kubelet)["data"]
+    assert shown["state"] == "recreated" and "Everything on /data is gone" in shown["detail"]
+    # a repair in a later boot does not hide the loss before it
+    board.power_cycle()
+    assert data_boot(board, "damaged")["state"] == "repaired"
+    upgrade(board, kubelet, "--artifact-url", URL)
+    assert annotations(board)[publish.DATA] == f"recreated {lost['time']}"
+    # an update the gate commits is the line under it
+    update_to_1_2(board, kubelet)
+    assert annotations(board)[publish.DATA] == "ok"
+    assert board.state()["published"][-1][publish.DATA] == "ok"
+
+
+@needs_e2fsprogs
+def test_a_repaired_data_partition_is_published_with_when_and_an_update_clears_it(
+        board: Board, kubelet: HealthServer) -> None:
+    board.power_cycle()
+    repaired = data_boot(board, "damaged")
+    assert repaired["state"] == "repaired"
+    board.publish(URL, NEW)
+    assert upgrade(board, kubelet, "--artifact-url", URL).returncode == KILLED
+    assert board.state()["published"][0][publish.DATA] == f"repaired {repaired['time']}"
+    board.power_cycle()
+    data_boot(board, "clean")
+    assert gate(board, kubelet).returncode == 0
+    assert annotations(board)[publish.DATA] == "ok", "the repair came before the update the gate committed"
+
+
+@needs_e2fsprogs
+def test_a_data_partition_that_does_not_mount_in_this_boot_is_what_the_node_reports(
+        board: Board, kubelet: HealthServer) -> None:
+    board.power_cycle()
+    missing = data_boot(board, "missing")
+    assert missing["state"] == "unavailable"
+    shown = node_status(board, kubelet)["data"]
+    assert shown["annotation"] == f"unavailable {missing['time']}" and "did not appear" in shown["detail"]
+
+
+def test_a_node_without_the_check_says_unknown_and_a_broken_log_line_costs_nothing(
+        board: Board, kubelet: HealthServer, tmp_path: Path) -> None:
+    assert node_status(board, kubelet)["data"]["annotation"] == "unknown"
+    lines = ["not json", json.dumps({"boot_id": "b1", "check": {"state": "half"}}),
+             json.dumps({"boot_id": "b2", "check": {"state": "repaired", "time": "2026-11-02T00:00:00Z"}})]
+    found = data_check.summarize(None, lines, 0)
+    assert (found.state, found.annotation) == ("repaired", "repaired 2026-11-02T00:00:00Z")
+    assert data_check.summarize(None, lines, 3).annotation == "ok", "everything before the last commit"
+    assert data_check.summarize(None, lines, 9).state == "repaired", "a log shorter than at the commit is new"
+    assert data_check.lines_seen_at_last_commit([{"event": "gate-committed", "data_events": 2}, "junk",
+                                                 {"event": "gate-committed"}]) == 2
+
+
+@needs_e2fsprogs
+def test_the_report_at_k3s_start_publishes_only_the_data_annotation_and_waits_for_the_api(
+        board: Board, kubelet: HealthServer) -> None:
+    board.publish(URL, NEW)
+    upgrade(board, kubelet, "--artifact-url", URL)
+    board.power_cycle()
+    data_boot(board, "clean")
+    gate(board, kubelet)
+    before = annotations(board)
+    board.power_cycle()
+    lost = data_boot(board, "lost")
+    board.change(api_down=True)
+    env = board.environment(kubelet.url)
+    refused = run_agent(env, "report", "--timeout", "0.2")
+    assert refused.returncode == 1 and "not published within" in refused.stderr, describe(refused)
+    assert annotations(board) == before
+    board.change(api_down=False)
+    done = run_agent(env, "report")
+    assert done.returncode == 0, describe(done)
+    assert board.state()["published"][-1] == {publish.DATA: f"recreated {lost['time']}"}
+    assert annotations(board) == {**before, publish.DATA: f"recreated {lost['time']}"}

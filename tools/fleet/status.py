@@ -5,7 +5,8 @@ the cluster with kubectl (KUBECONFIG picks it, GPU_K8S_KUBECTL overrides the com
 Per node: its machine (the update device type label), role (k3s server or agent), whether it is
 Ready and schedulable, the release and slot it runs and its update state (pending, committed,
 rolled back, failed, with why and when), as the node's update agent publishes them in
-annotations on its own Node (updater/src/gpu_k8s_update/publish.py), and its GPUs (allocatable
+annotations on its own Node (updater/src/gpu_k8s_update/publish.py), what the layer's data check
+did to its /data since its last update (repaired, made again, not mounting), and its GPUs (allocatable
 nvidia.com/gpu of its capacity: the device plugin reports an unhealthy GPU to the kubelet, which
 takes it out of allocatable). Per rollout Plan: its ring, version, which node it is updating and
 what it waits for. Pure rendering apart from the kubectl calls (run_status)."""
@@ -27,6 +28,7 @@ STATE = PREFIX + "update-state"
 TARGET = PREFIX + "update-version"
 REASON = PREFIX + "update-reason"
 TIME = PREFIX + "update-time"
+DATA = PREFIX + "data"
 BAD_STATES = {"rolled-back": "ROLLED BACK", "failed": "FAILED"}
 GPU = "nvidia.com/gpu"
 RING_ORDER = {"server": 0, "canary": 1, "fleet": 2}
@@ -46,7 +48,9 @@ class NodeRow:
     slot: str
     update: str
     gpu: str
+    data: str = "-"
     problem: str = ""  # why this node makes the status fail ('' if it does not)
+    data_problem: str = ""  # the same for its data partition
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,8 @@ class Report:
 
     @property
     def problems(self) -> list[str]:
-        return [row.problem for row in [*self.nodes, *self.plans] if row.problem]
+        found = [problem for row in self.nodes for problem in (row.problem, row.data_problem)]
+        return [problem for problem in [*found, *(row.problem for row in self.plans)] if problem]
 
 
 # ---------------------------------------------------------------- nodes
@@ -96,6 +101,26 @@ def _gpus(node: Mapping[str, Any]) -> str:
     return f"{have}/{of}" + (f" ({of - have} unhealthy)" if have < of else "")
 
 
+def data_cell(name: str, value: str | None) -> tuple[str, str]:
+    """The DATA cell and the problem it makes, from `update.gpu-k8s.io/data` (updater's
+    data_check.py): `ok`, `unknown`, or a verdict and the time the node's check gave it. A /data
+    made again since the last update lost the node's k3s state, images and provisioning; one
+    that does not mount leaves its workloads down: both need a person, so both fail the status."""
+    if not value:
+        return "-", ""
+    verdict, _, when = value.partition(" ")
+    if verdict == "recreated":
+        return f"RECREATED {when}".strip(), (
+            f"{name}: /data was made again at {when or '?'} (the check could not repair it), after its last update: "
+            "its k3s state, images and provisioning are gone; provision it again (docs/fleet.md, 'First flash "
+            "with the A/B layout'). This clears when the node commits its next update")
+    if verdict == "unavailable":
+        return f"UNAVAILABLE {when}".strip(), (
+            f"{name}: /data does not mount in this boot (checked {when or '?'}): its workloads do not run; see "
+            "'journalctl -u gpu-k8s-data-check' on the node (docs/layer.md, 'A /data that cannot brick a board')")
+    return value, ""
+
+
 def node_row(node: Mapping[str, Any]) -> NodeRow:
     name = rollout.name_of(node)
     notes = node.get("metadata", {}).get("annotations") or {}
@@ -111,9 +136,10 @@ def node_row(node: Mapping[str, Any]) -> NodeRow:
     if state in BAD_STATES:
         problem = (f"{name}: {state.replace('-', ' ')} {target} at {notes.get(TIME, '?')}: "
                    f"{notes.get(REASON) or 'no reason given'}")
+    data, data_problem = data_cell(name, notes.get(DATA))
     return NodeRow(name=name, machine=machine, role="server" if rollout.is_server(node) else "agent",
                    ready=_ready(node), os_version=os_version, slot=notes.get(SLOT, "-"), update=update,
-                   gpu=_gpus(node), problem=problem)
+                   gpu=_gpus(node), data=data, problem=problem, data_problem=data_problem)
 
 
 # ---------------------------------------------------------------- the rollout
@@ -195,12 +221,13 @@ def report(nodes: Sequence[Mapping[str, Any]], plans: Sequence[Mapping[str, Any]
     return Report([node_row(node) for node in servers_first], plan_rows)
 
 
-NODE_HEADERS = ["NODE", "MACHINE", "ROLE", "STATUS", "OS VERSION", "SLOT", "UPDATE", "GPU"]
+NODE_HEADERS = ["NODE", "MACHINE", "ROLE", "STATUS", "OS VERSION", "SLOT", "UPDATE", "DATA", "GPU"]
 PLAN_HEADERS = ["PLAN", "RING", "VERSION", "STATE", "DETAIL"]
 
 
 def render(status: Report) -> str:
-    rows = [[r.name, r.machine, r.role, r.ready, r.os_version, r.slot, r.update, r.gpu] for r in status.nodes]
+    rows = [[r.name, r.machine, r.role, r.ready, r.os_version, r.slot, r.update, r.data, r.gpu]
+            for r in status.nodes]
     parts = ["nodes", console.format_table(NODE_HEADERS, rows) if rows else "(no nodes)"]
     if status.plans:
         parts += ["", "rollout", console.format_table(

@@ -42,7 +42,8 @@ def gpu_k8s_update_ab_backend(d):
 
 do_install:append() {
     install -d ${D}${systemd_system_unitdir}
-    install -m 0644 ${S}/systemd/gpu-k8s-update-gate.service ${D}${systemd_system_unitdir}/
+    install -m 0644 ${S}/systemd/gpu-k8s-update-gate.service ${S}/systemd/gpu-k8s-update-report.service \
+        ${D}${systemd_system_unitdir}/
 }
 
 do_install:append:gpu-k8s-mender() {
@@ -80,5 +81,6 @@ RDEPENDS:${PN}:append:gpu-k8s-mender = " mender-update ${GPU_K8S_UPDATE_AB_RDEPE
 # OsIndications helper and mender-flash); never installed without them.
 GPU_K8S_UPDATE_AB_RDEPENDS = "${@'tegra-rootfs-update-module tegra-redundant-boot-base' if d.getVar('GPU_K8S_UPDATE_AB_BACKEND') == 'mender-tegra' else ''}"
 
-SYSTEMD_SERVICE:${PN} = "gpu-k8s-update-gate.service"
+# The gate; and the report of the data partition's check, each time k3s starts.
+SYSTEMD_SERVICE:${PN} = "gpu-k8s-update-gate.service gpu-k8s-update-report.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"

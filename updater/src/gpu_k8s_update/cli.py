@@ -1,4 +1,4 @@
-"""Command line: gpu-k8s-update gate | upgrade | status | forget | wait-plan."""
+"""Command line: gpu-k8s-update gate | upgrade | status | report | forget | wait-plan."""
 
 from __future__ import annotations
 
@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     status_parser = commands.add_parser("status", help="print what the agent sees and would do, as JSON")
     status_parser.add_argument("--version", dest="target_version", help="also show the step toward this version")
 
+    report_parser = commands.add_parser("report", help="publish what the data partition check found since the last "
+                                        "update (update.gpu-k8s.io/data) on this node's Node, retrying until the API "
+                                        "server takes it (gpu-k8s-update-report.service, after k3s starts)")
+    report_parser.add_argument("--timeout", type=float, default=600.0, dest="report_timeout_s",
+                               help="seconds to keep trying (default 600); exit 1 if it was not taken by then")
     commands.add_parser("forget", help="drop the marker, so a version that rolled back here may be tried again")
 
     wait_parser = commands.add_parser("wait-plan", help="block until system-upgrade-controller Plans completed a "
@@ -109,7 +114,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _status(node, arguments.target_version)
     if arguments.command == "wait-plan":
         return _wait_plan(arguments)
+    if arguments.command == "report":
+        return _report(node, arguments.report_timeout_s)
     return _forget(node)
+
+
+def _report(node: Node, timeout_s: float) -> int:
+    """At every start of k3s: a repair or a /data made again reaches the fleet view then, not
+    only at the node's next update step. Best effort, like every publish: it decides nothing."""
+    started = node.host.monotonic()
+    while True:
+        done, detail = node.publish_data()
+        if done:
+            log.info("report: %s", detail)
+            return 0
+        if node.host.monotonic() - started >= timeout_s:
+            log.warning("report: not published within %.0fs: %s", timeout_s, detail)
+            return 1
+        log.debug("report: not yet: %s", detail)
+        node.host.sleep(node.settings.poll_interval_s)
 
 
 def _wait_plan(arguments: argparse.Namespace) -> int:
@@ -146,6 +169,9 @@ def _status(node: Node, version: str | None) -> int:
         facts = upgrade.observe(node, version)
         decision = decide.plan_upgrade(facts, node.settings.max_install_attempts)
         report["next_step"] = {"step": decision.step.value, "reason": decision.reason}
+    data = node.data_report()
+    report["data"] = {"state": data.state, "time": data.time, "detail": data.detail,
+                      "annotation": data.annotation}
     report["recent_events"] = node.store.recent_events()
     json.dump(report, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from gpu_k8s_update import decide, publish
+from gpu_k8s_update import data_check, decide, publish
 from gpu_k8s_update.ab.mender import MENDER_NO_UPDATE_IN_PROGRESS
 from gpu_k8s_update.exits import EXIT_ERROR, EXIT_NO_UPDATER, EXIT_OK
 from gpu_k8s_update.model import BootState, GateOutcome, GatePolicy, Marker, Outcome, Phase
@@ -148,7 +148,9 @@ def _commit(node: Node, version: str, reason: str) -> int:
     if result.returncode != 0:
         return roll_back(node, version, f"healthy, but mender-update commit failed: {result.last_line}")
     node.store.save_gate_result({"version": version, "outcome": GateOutcome.COMMITTED.value, "reason": reason})
-    node.store.record("gate-committed", version=version, reason=reason)
+    # The data partition's verdicts so far belong to the time before this update (data_check.py).
+    node.store.record(data_check.COMMIT_EVENT, version=version, reason=reason,
+                      **{data_check.COUNT_FIELD: node.data_events_count()})
     target = _target_of(node, version)
     node.store.clear_marker()
     log.info("gate: %s committed", version)

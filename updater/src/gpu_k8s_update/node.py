@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from gpu_k8s_update import k3s_node, probes, publish, smoke
+from gpu_k8s_update import data_check, k3s_node, probes, publish, smoke
 from gpu_k8s_update.ab import ABBackend, backend_for
 from gpu_k8s_update.model import HealthFacts, NodeStatus
 from gpu_k8s_update.settings import Settings
@@ -79,14 +79,32 @@ class Node:
                 return value.strip()
         raise SystemStateError(f"{path} has no device_type=... line")
 
+    def data_report(self) -> data_check.DataReport:
+        """What gpu-k8s-data-check did to /data since the last update this node committed."""
+        return data_check.report(self.settings.data_state_file, self.settings.data_events_file,
+                                 self.store.recent_events(None))
+
+    def data_events_count(self) -> int:
+        """Lines in the data-events log now: the gate records it with each commit (data_check.py)."""
+        return len(data_check.read_event_lines(self.settings.data_events_file))
+
+    def publish_data(self) -> tuple[bool, str]:
+        """Only the data partition's annotation (a merge patch leaves the update state as it is)."""
+        value = self.data_report().annotation
+        done, detail = publish.publish(self.settings.kubectl_command, self.settings.status_kubeconfigs,
+                                       self.node_name, {publish.DATA: value})
+        return done, f"{publish.DATA}={value}: {detail}"
+
     def publish_state(self, state: str, target: str, reason: str) -> bool:
-        """Best effort: the update state as annotations on this node's Node object (publish.py)."""
+        """Best effort: the update state and the data partition's as annotations on this node's
+        Node object (publish.py)."""
         try:
             booted = self.ab.booted_version()
             slot = publish.slot_label(self.ab.slots())
         except SystemStateError:
             booted, slot = "?", "?"
-        values = publish.annotations(state, target, reason, booted, slot, self.ab.name)
+        values = publish.annotations(state, target, reason, booted, slot, self.ab.name,
+                                     self.data_report().annotation)
         done, detail = publish.publish(self.settings.kubectl_command, self.settings.status_kubeconfigs,
                                        self.node_name, values)
         if done:

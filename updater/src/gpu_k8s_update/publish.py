@@ -29,7 +29,11 @@ STATE = PREFIX + "update-state"  # one of STATES
 TARGET = PREFIX + "update-version"  # the release the state is about
 REASON = PREFIX + "update-reason"
 TIME = PREFIX + "update-time"  # UTC, when the state was reached
-KEYS = (OS_VERSION, SLOT, AB_BACKEND, STATE, TARGET, REASON, TIME)
+# The data partition since the last committed update, as the layer's gpu-k8s-data-check left it
+# (data_check.py): `ok`, `repaired TIME`, `recreated TIME` (everything on /data was lost),
+# `unavailable TIME` (it does not mount in this boot), `unknown` (no check on record).
+DATA = PREFIX + "data"
+KEYS = (OS_VERSION, SLOT, AB_BACKEND, STATE, TARGET, REASON, TIME, DATA)
 
 PENDING, COMMITTED, ROLLED_BACK, FAILED = "pending", "committed", "rolled-back", "failed"
 STATES = (PENDING, COMMITTED, ROLLED_BACK, FAILED)
@@ -47,7 +51,7 @@ def slot_label(slots: Mapping[str, str]) -> str:
     return "?"
 
 
-def annotations(state: str, target: str, reason: str, booted: str, slot: str, backend: str,
+def annotations(state: str, target: str, reason: str, booted: str, slot: str, backend: str, data: str,
                 now: float | None = None) -> dict[str, str]:
     if state not in STATES:
         raise ValueError(f"unknown update state {state!r}")
@@ -62,6 +66,7 @@ def annotations(state: str, target: str, reason: str, booted: str, slot: str, ba
         TARGET: target,
         REASON: one_line,
         TIME: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        DATA: data,
     }
 
 

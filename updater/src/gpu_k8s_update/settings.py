@@ -87,6 +87,10 @@ class Settings:
     gpu: str = "auto"  # yes | no | auto (a GPU node before the update must stay one)
     smoke_image: str = ""  # a preloaded image: run a GPU smoke pod before committing ('' = off)
     smoke_timeout_s: float = 180.0
+    # What the layer's gpu-k8s-data-check found on the data partition: this boot's verdict, and
+    # every repair or re-made /data on record (data_check.py; the `update.gpu-k8s.io/data` annotation).
+    data_state_file: Path = Path("/run/gpu-k8s/data-state.json")
+    data_events_file: Path = Path("/data/gpu-k8s/data-events.log")
 
     @property
     def marker_file(self) -> Path:
@@ -110,7 +114,7 @@ _COMMANDS = {"mender_command", "reboot_command", "kubectl_command", "node_name_c
              "systemctl_command"}
 _PATHS = {"state_dir", "image_info", "boot_id_file", "plugin_checkpoint", "docker_daemon", "k3s_config_dir",
           "node_env_file", "tegra_pending_file", "tegra_update_module", "esp_capsule", "efivars_dir",
-          "mender_device_type_file"}
+          "mender_device_type_file", "data_state_file", "data_events_file"}
 _PATH_LISTS = {"kubeconfigs", "status_kubeconfigs", "k3s_server_units"}
 ROLES = ("auto", "server", "agent")
 _FLOATS = {"gate_timeout_s", "poll_interval_s", "unreachable_grace_s", "wait_for_gate_s", "reboot_wait_s",

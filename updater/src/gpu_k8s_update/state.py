@@ -63,13 +63,14 @@ class StateStore:
         except OSError as error:
             log.warning("cannot append to %s: %s", self.events_file, error.strerror)
 
-    def recent_events(self, count: int = 20) -> list[dict[str, Any]]:
+    def recent_events(self, count: int | None = 20) -> list[dict[str, Any]]:
+        """The last `count` events (all of them for None)."""
         try:
             lines = self.events_file.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return []
         events = []
-        for line in lines[-count:]:
+        for line in lines[-count:] if count else lines:
             try:
                 events.append(json.loads(line))
             except ValueError:
