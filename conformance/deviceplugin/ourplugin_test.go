@@ -25,8 +25,15 @@ func ours(t *testing.T, config string, model Model, args ...string) *OurPlugin {
 		// a Python start on a busy 2-CPU machine takes up to a few seconds
 		model.RegisterWithin = 30 * time.Second
 	}
+	model.Env = featuresDisabled
 	return NewOurPlugin(python, repo, config, t.TempDir(), model, args...)
 }
+
+// featuresDisabled is what every Allocate answer of ours carries unless the config enables a feature:
+// the toolkit would otherwise hand any GPU container that asks every InfiniBand, NVSwitch, GDS and
+// GDRCopy device on the node (plugin/README.md, docs/layer.md "GPU isolation").
+var featuresDisabled = map[string]string{"NVIDIA_GDS": "disabled", "NVIDIA_MOFED": "disabled",
+	"NVIDIA_GDRCOPY": "disabled", "NVIDIA_NVSWITCH": "disabled"}
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -226,7 +233,34 @@ func TestOurPluginThorDeviceSpecs(t *testing.T) {
 		return []string{"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia1", "/dev/nvmap", "/dev/host1x-fence",
 			"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}
 	}
-	p := ours(t, ImageConfig(repoRoot(t), "tegra"), model, "--host-root", fixture(t, "jetson-agx-thor-r39"),
+	p := ours(t, ImageConfig(repoRoot(t), "tegra"), model, "--host-root", withImageRuntimeSettings(t, fixture(t, "jetson-agx-thor-r39")),
 		"--pass-device-specs", "true")
 	admitAll(t, session(t, p))
+}
+
+// withImageRuntimeSettings applies to a host tree's NVIDIA runtime config what the image's
+// gpu-k8s-nvidia-runtime-config unit sets at boot (nvidia-ctk --set; the Orin R39 fixture has it
+// applied already, the Thor fixture is meta-tegra's output before it): the plugin reads the hand-over
+// the runtime honours from there and refuses volume mounts the runtime would ignore.
+func withImageRuntimeSettings(t *testing.T, root string) string {
+	t.Helper()
+	path := filepath.Join(root, "etc", "nvidia-container-runtime", "config.toml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	for from, to := range map[string]string{
+		"#accept-nvidia-visible-devices-as-volume-mounts = false":        "accept-nvidia-visible-devices-as-volume-mounts = true",
+		"#accept-nvidia-visible-devices-envvar-when-unprivileged = true": "accept-nvidia-visible-devices-envvar-when-unprivileged = false",
+	} {
+		if !strings.Contains(text, from+"\n") {
+			t.Fatalf("%s has no line %q to set as the image does; adapt this test", path, from)
+		}
+		text = strings.Replace(text, from+"\n", to+"\n", 1)
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
 }

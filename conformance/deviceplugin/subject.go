@@ -57,6 +57,9 @@ type Model struct {
 	DeviceNodes func(gpu string) []string
 	// RegisterWithin bounds how long registration and re-registration may take.
 	RegisterWithin time.Duration
+	// Env is set in every answer besides the hand-over, whatever it is (our plugin: the NVIDIA
+	// toolkit's feature variables, disabled, so a pod's own env cannot turn their devices on).
+	Env map[string]string
 }
 
 // Devices is the number of devices the plugin advertises.
@@ -92,6 +95,11 @@ func (m Model) checkHandOver(devices []string, options *devicemanager.DeviceRunC
 	for _, e := range options.Envs {
 		env[e.Name] = e.Value
 	}
+	for name, want := range m.Env {
+		if got, ok := env[name]; !ok || got != want {
+			return fmt.Errorf("container holding %v got %s=%q, want %q in every answer", devices, name, got, want)
+		}
+	}
 	switch m.HandOver {
 	case EnvVar:
 		if got, want := env["NVIDIA_VISIBLE_DEVICES"], strings.Join(names, ","); got != want {
@@ -120,7 +128,11 @@ func (m Model) checkHandOver(devices []string, options *devicemanager.DeviceRunC
 		if !slices.Equal(got, want) {
 			return fmt.Errorf("container holding %v got CDI devices %v, want %v", devices, got, want)
 		}
-		if len(options.Envs) != 0 || len(options.Mounts) != 0 {
+		extra := slices.DeleteFunc(slices.Clone(options.Envs), func(e kubecontainer.EnvVar) bool {
+			_, always := m.Env[e.Name]
+			return always
+		})
+		if len(extra) != 0 || len(options.Mounts) != 0 {
 			return fmt.Errorf("container holding %v got env %v and mounts %v besides its CDI devices", devices,
 				options.Envs, options.Mounts)
 		}
