@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -87,3 +88,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
     while not predicate() and time.monotonic() < deadline:
         time.sleep(0.01)
     return predicate()
+
+
+def remove_watched_tree(path: str) -> None:
+    """`rm -rf` of a directory a running plugin serves a socket in, as a node reset does it: the plugin
+    may put its socket back between rmtree's unlinks and its rmdir ("Directory not empty"); like rm -rf
+    run again, this removes what came back until the directory itself is gone once."""
+    for _ in range(50):
+        try:
+            shutil.rmtree(path)
+            return
+        except OSError as exc:
+            if exc.errno != errno.ENOTEMPTY:
+                raise
+    raise AssertionError(f"{path} kept being refilled while it was removed")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import time
 
 import grpc
 import pytest
 from gpu_device_plugin.health.simulated import SimulatedHealthMonitor
-from helpers import FEATURES_OFF, run_simulated
+from helpers import FEATURES_OFF, remove_watched_tree, run_simulated
 from kubelet_double import KubeletDouble
 
 
@@ -176,7 +175,7 @@ def test_socket_directory_removed_is_recreated_and_registration_restored(socket_
         with run_simulated(plugin_dir):
             kubelet.wait_registered()
             kubelet.stop()
-            shutil.rmtree(plugin_dir)  # e.g. a node reset wiping /var/lib/kubelet
+            remove_watched_tree(plugin_dir)  # e.g. a node reset wiping /var/lib/kubelet
             # liveness bounds, not timings: a loaded CI host took more than 3 s here
             deadline = time.monotonic() + 30
             while not os.path.exists(os.path.join(plugin_dir, "nvidia-gpu.sock")) and time.monotonic() < deadline:

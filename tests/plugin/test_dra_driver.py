@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import grpc
 import pytest
@@ -27,6 +26,7 @@ from gpu_device_plugin.api import dra
 from gpu_device_plugin.config.settings import Settings
 from gpu_device_plugin.discovery.simulated import SimulatedBackend
 from gpu_device_plugin.model import Health
+from helpers import remove_watched_tree
 
 
 def test_the_plugin_watcher_finds_a_dra_plugin_with_both_services_and_our_name() -> None:
@@ -254,7 +254,7 @@ def test_a_deleted_dra_socket_or_registry_directory_is_served_again() -> None:
         # registers (and dials) again
         wait_until(lambda: [s.starts for s in servers] == [2, 2] and os.path.exists(registration),
                    what="both sockets served afresh")
-        shutil.rmtree(dirs.registry)  # the whole plugin watcher directory
+        remove_watched_tree(dirs.registry)  # the whole plugin watcher directory
         wait_until(lambda: os.path.exists(registration), what="the registry directory and socket back")
         for path in (dra_socket, registration):
             kubelet = KubeletSide(path)
