@@ -73,9 +73,16 @@ func TestOurDriver(t *testing.T) {
 		{"orin-r39", []string{"--host-root", fixture(t, "jetson-orin-nano-r39")}, []string{"allocation", "prepare"}},
 		{"thor-r39", []string{"--host-root", fixture(t, "jetson-agx-thor-r39")}, []string{"allocation", "prepare"}},
 		{"nano", []string{"--host-root", fixture(t, "jetson-nano")}, []string{"allocation", "prepare"}},
+		// two L4s from the fake NVML, loaded as pynvml inside the driver's process by a wrapper
+		{"nvml", []string{"--device-discovery-strategy", "nvml", "--host-root", fixture(t, "x86-nvidia-580")},
+			[]string{"registration", "published", "allocation", "prepare"}},
 	}
 	for _, m := range machines {
 		spec := ourDriver(t, m.args...)
+		if m.name == "nvml" {
+			wrapper := filepath.Join(filepath.Dir(fixture(t, "x86-nvidia-580")), "..", "nvml_dra_driver.py")
+			spec.Command = strings.Replace(spec.Command, " -m gpu_device_plugin ", fmt.Sprintf(" %q ", filepath.Clean(wrapper)), 1)
+		}
 		t.Run(m.name, func(t *testing.T) {
 			for _, check := range Checks {
 				if m.checks != nil && !contains(m.checks, check.Name) {
