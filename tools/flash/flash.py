@@ -138,20 +138,26 @@ def find_built(machine: str, options: FlashOptions, suffix: str, what: str, inst
     )
 
 
-def tegraflash_package(options: FlashOptions, machine: str = NANO_MACHINE) -> Path:
+def checked_package(options: FlashOptions, machine: str, suffix: str, compression: str, elsewhere: str) -> Path:
+    """The tegraflash package to flash (--package, else the build's `.suffix`), checked to be
+    `compression` before anything else reads it; `elsewhere` says how another board's is flashed."""
     if options.package is not None:
         if not options.package.is_file():
             raise FlashError(f"--package {options.package} does not exist")
         found = options.package
     else:
-        found = find_built(machine, options, "tegraflash.tar.gz", "tegraflash package", "--package PATH")
+        found = find_built(machine, options, suffix, "tegraflash package", "--package PATH")
     try:
         package_checks.check_compression(
-            found, "gzip", f"pass the .tegraflash.tar.gz that ./task build --machine {machine} made (an Orin's or "
-            "Thor's package is flashed with its own --machine)")
+            found, compression, f"pass the .{suffix} that ./task build --machine {machine} made ({elsewhere})")
     except package_checks.PackageError as wrong:
         raise FlashError(str(wrong)) from None
     return found
+
+
+def tegraflash_package(options: FlashOptions, machine: str = NANO_MACHINE) -> Path:
+    return checked_package(options, machine, "tegraflash.tar.gz", "gzip",
+                           "an Orin's or Thor's package is flashed with its own --machine")
 
 
 def bmaptool_command(image: Path, device_file: Path, euid: int) -> process.Command:

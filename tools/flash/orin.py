@@ -23,8 +23,8 @@ from tools.flash.flash import (
     FlashUsageError,
     check_device_argument,
     check_target_device,
+    checked_package,
     find_board,
-    find_built,
     provision_package,
     provisioning_token,
     refuse_provisioning_nowhere,
@@ -137,19 +137,8 @@ def machine_name(yocto_machine: str) -> str:
 def tegraflash_package(options: FlashOptions, machine: str) -> Path:
     """The .tegraflash-tar.zst to flash (the Orin's and the Thor's), checked to be zstd before
     anything else reads it."""
-    if options.package is not None:
-        if not options.package.is_file():
-            raise FlashError(f"--package {options.package} does not exist")
-        found = options.package
-    else:
-        found = find_built(machine, options, "tegraflash-tar.zst", "tegraflash package", "--package PATH")
-    try:
-        package_checks.check_compression(
-            found, "zstd", f"pass the .tegraflash-tar.zst that ./task build --machine {machine} made (a Nano's "
-            "package is flashed with --machine jetson-nano)")
-    except package_checks.PackageError as wrong:
-        raise FlashError(str(wrong)) from None
-    return found
+    return checked_package(options, machine, "tegraflash-tar.zst", "zstd",
+                           "a Nano's package is flashed with --machine jetson-nano")
 
 
 def check_host_tools(options: FlashOptions, over_usb: bool) -> None:
