@@ -9,17 +9,9 @@ import stat
 from collections.abc import Mapping
 
 from ..api.grpc_server import Method, Server
+from ..host.paths import remove_socket
 
 log = logging.getLogger(__name__)
-
-
-def remove_socket(path: str) -> None:
-    """Remove a socket left at `path` (a crashed run's); anything else there is left alone."""
-    try:
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 class SocketServer:

@@ -43,3 +43,12 @@ def host_path_exists(root: str, path: str) -> bool:
             continue
         resolved.append(part)
     return True
+
+
+def remove_socket(path: str) -> None:
+    """Remove a socket left at `path` (a crashed run's); anything else there is left alone."""
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -9,6 +9,7 @@ from ..api import grpc_client, wire
 from ..api.grpc_server import Method, Server
 from ..api.schema import PACKAGE, SERVICES, VERSION
 from ..api.status import RpcFailure
+from ..host.paths import remove_socket
 from .servicer import DevicePluginServicer, request_log
 
 
@@ -67,12 +68,6 @@ class PluginServer:
         return stat.S_ISSOCK(st.st_mode) and st.st_ino == self.inode
 
 
-def remove_socket(path: str) -> None:
-    try:
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def register(kubelet_socket: str, endpoint: str, resource: str, timeout: float = 5.0) -> None:
