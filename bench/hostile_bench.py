@@ -17,7 +17,6 @@ the plugin's RSS and peak, and its RSS once the hostile peers are gone.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugin" / "src"), str(ROOT / "tests" / "plugin")]
 
+from abuse_bench import load_kubelet_bench, memory  # noqa: E402  # the same kubelet double and /proc reading
 from h2_peer import (  # noqa: E402
     ALLOCATE,
     DATA,
@@ -41,20 +41,6 @@ from h2_peer import (  # noqa: E402
     request_fields,
     rst_stream,
 )
-
-
-def load_kubelet_bench():
-    spec = importlib.util.spec_from_file_location("kubelet_bench_hostile", ROOT / "bench" / "kubelet_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def memory(pid: int) -> tuple[float, float]:
-    """(RSS, peak RSS) in MiB."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
 def reset_storm(path: str, stop: threading.Event, counts: dict[str, int]) -> None:
