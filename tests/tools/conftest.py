@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,16 @@ def stand_ins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StandIns:
     calls_dir.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return StandIns(bin_dir, calls_dir)
+
+
+@pytest.fixture
+def kept_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where tempfile puts directories during the test: flash keeps initrd-flash's logs in a
+    directory of their own (tempfile.mkdtemp), which would otherwise outlive the test in /tmp."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return temp
 
 
 def write_tree(root: Path, files: dict[str, str]) -> None:

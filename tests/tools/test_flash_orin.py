@@ -10,7 +10,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,10 @@ import tegra_layouts as tl  # the layouts the layer tests use, sized as NVIDIA s
 GB = 1000**3
 MB = 1000**2
 
-pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="the Orin package is .tar.zst: needs zstd")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("zstd") is None, reason="the Orin package is .tar.zst: needs zstd"),
+    pytest.mark.usefixtures("kept_logs"),  # no run leaves flash logs in /tmp
+]
 
 # initrd-flash's stand-in, shaped like meta-tegra's at the pin on CHIPID 0x23: it writes
 # log.initrd-flash.<date>, where the board's own report ends up ("Final status: SUCCESS" or
@@ -154,15 +156,6 @@ def host_tools(stand_ins):
 @pytest.fixture
 def nvme_build(tmp_path, host_tools) -> Path:
     return orin_build(tmp_path, host_tools, "jetson-orin-nano-devkit-nvme")
-
-
-@pytest.fixture
-def kept_logs(tmp_path, monkeypatch) -> Path:
-    """Where tempfile puts directories during the test, so kept logs land in tmp_path."""
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    return temp
 
 
 def kept_dir(message: str) -> Path:

@@ -17,9 +17,12 @@ from disk_images import ext4, read_back
 
 from tools.flash import flash, orin, provision
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("debugfs") and shutil.which("mkfs.ext4") and shutil.which("zstd")),
-    reason="needs e2fsprogs (debugfs, mkfs.ext4) and zstd, as the flash task itself does")
+pytestmark = [
+    pytest.mark.skipif(
+        not (shutil.which("debugfs") and shutil.which("mkfs.ext4") and shutil.which("zstd")),
+        reason="needs e2fsprogs (debugfs, mkfs.ext4) and zstd, as the flash task itself does"),
+    pytest.mark.usefixtures("kept_logs"),  # no run leaves flash logs in /tmp
+]
 
 NVME = "jetson-orin-nano-devkit-nvme"
 DATAFILE = f"gpu-k8s-image-{NVME}.dataimg"  # meta-mender-tegra: ${IMAGE_BASENAME}-${MACHINE}.dataimg

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,10 @@ DEVKIT = "jetson-agx-thor-devkit"
 T4000 = "jetson-agx-thor-t4000"
 MACHINE_NAME = {DEVKIT: "jetson-agx-thor", T4000: "jetson-agx-thor-t4000"}
 
-pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="the Thor package is .tar.zst: needs zstd")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("zstd") is None, reason="the Thor package is .tar.zst: needs zstd"),
+    pytest.mark.usefixtures("kept_logs"),  # no run leaves flash logs in /tmp
+]
 
 # initrd-flash's stand-in: what the unified flash would push is the package directory's content;
 # it keeps a copy of the data image it would send (DATAFILE of .env.initrd-flash). Like
@@ -145,15 +147,6 @@ def test_partial_flashes_pass_initrd_flashs_own_flags(host_tree, devkit_build, s
     host_tree.add_usb_device("3-1", "0955", "7026")
     thor.run_thor_flash(options(devkit_build, host_tree, method=method), "jetson-agx-thor")
     assert stand_ins.calls("initrd-flash")[0]["argv"] == [flag, "--usb-instance", "3-1"]
-
-
-@pytest.fixture
-def kept_logs(tmp_path, monkeypatch) -> Path:
-    """Where tempfile puts directories during the test, so kept logs land in tmp_path."""
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    return temp
 
 
 def kept_log(message: str) -> str:
