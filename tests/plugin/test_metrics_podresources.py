@@ -152,11 +152,13 @@ def test_scrapes_closer_than_max_age_share_one_read(pod_resources: PodResourcesD
 def test_a_hung_kubelet_holds_no_scrape_and_its_last_mapping_is_served_with_its_age(
         pod_resources: PodResourcesDouble) -> None:
     pod_resources.pods = TRAIN
-    telemetry = Telemetry(lambda: [OneGpu()], [GPU_A], pod_resources.socket_path, max_age=0, node="n", wait=0.05)
+    telemetry = Telemetry(lambda: [OneGpu()], [GPU_A], pod_resources.socket_path, max_age=0, node="n", wait=1.0)
     assert wait_until(lambda: telemetry.snapshot().holders == HELD_A)
     pod_resources.hang()
-    pod_resources.pods = SERVE  # what a fresh answer would say
     assert wait_until(lambda: telemetry.snapshot() is not None and pod_resources.in_list == 1)  # a scrape asked
+    # Only now: one List at a time, so no earlier List (one past the gate when hang() came, slow
+    # under load) can still answer with this.
+    pod_resources.pods = SERVE  # what a fresh answer would say
     for _ in range(20):  # each returns while the kubelet's List is still blocked: no scrape waits on it
         snapshot = telemetry.snapshot()
         text = telemetry.render()
