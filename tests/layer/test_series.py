@@ -133,7 +133,8 @@ def test_unpackdir_defaults_to_workdir_only_where_oe_core_lacks_it():
 # Masks of other layers' files, each with why (the file is not in this repository, so the
 # "matches a file" check cannot see it): meta-mender-tegra-common's Go-client append, dangling
 # on wrynose, where a bbappend without its recipe stops the parse.
-UPSTREAM_MASKS = {("wrynose", "/meta-mender-tegra-common/recipes-mender/mender-client/mender-client_")}
+UPSTREAM_MASKS = {("wrynose", "/meta-mender-tegra-common/recipes-mender/mender-client/mender-client_"),
+                  ("kirkstone", r"/meta-tegra/recipes-bsp/tools/tegra-boot-tools_git\.bb$")}
 
 
 @pytest.mark.parametrize("series", SERIES)
@@ -153,6 +154,15 @@ def test_upstream_masks_name_no_file_of_this_layer():
     for series, entry in UPSTREAM_MASKS:
         assert entry in masks(series)
         assert not any(re.search(entry, str(p)) for p in files), entry
+
+
+def test_the_nano_series_parses_offline_without_meta_tegras_autorev_recipe():
+    # meta-tegra kirkstone-l4t-r32.7.x (94e3db31): tegra-boot-tools_git.bb has SRCREV = AUTOREV,
+    # which needs the network while parsing; the release recipe beside it is the one built
+    tools = "/build/meta-tegra/recipes-bsp/tools"
+    assert masked("kirkstone", f"{tools}/tegra-boot-tools_git.bb")
+    assert not masked("kirkstone", f"{tools}/tegra-boot-tools_3.1.2.bb")
+    assert not masked("kirkstone", f"{tools}/tegra-boot-tools.inc")
 
 
 def test_the_masks_leave_the_recipes_every_series_needs():
