@@ -21,8 +21,9 @@ const ourDriverName = "gpu.meta-gpu-k8s.io"
 // ourDriver is our DRA driver (issue 35) started as its unit starts it, `python -m
 // gpu_device_plugin dra`, every path from the contract's environment, with a host tree of
 // fixture files (or simulated GPUs) and allocationApi dra (the images' default is the device
-// plugin, with which the driver exits at once).
-func ourDriver(t *testing.T, args ...string) DriverSpec {
+// plugin, with which the driver exits at once). A wrapper (a file in tests/plugin) prepares the
+// process first and then runs the same main with the same arguments; "" for none.
+func ourDriver(t *testing.T, wrapper string, args ...string) DriverSpec {
 	t.Helper()
 	repo, err := deviceplugin.RepoRoot()
 	if err != nil {
@@ -39,8 +40,12 @@ func ourDriver(t *testing.T, args ...string) DriverSpec {
 			quoted[i] = fmt.Sprintf("%q", a)
 		}
 	}
+	program := "-m gpu_device_plugin"
+	if wrapper != "" {
+		program = fmt.Sprintf("%q", filepath.Join(repo, "tests", "plugin", wrapper))
+	}
 	return DriverSpec{Name: ourDriverName,
-		Command: fmt.Sprintf("exec %q -m gpu_device_plugin dra --allocation-api dra %s", python, strings.Join(quoted, " ")),
+		Command: fmt.Sprintf("exec %q %s dra --allocation-api dra %s", python, program, strings.Join(quoted, " ")),
 		Env:     []string{"PYTHONPATH=" + filepath.Join(repo, "plugin", "src"), "PYTHONDONTWRITEBYTECODE=1"},
 		// a Python start on a busy 2-CPU machine takes up to a few seconds
 		Within: time.Minute}
@@ -77,12 +82,9 @@ func TestOurDriver(t *testing.T) {
 		{"nvml", []string{"--device-discovery-strategy", "nvml", "--host-root", fixture(t, "x86-nvidia-580")},
 			[]string{"registration", "published", "allocation", "prepare"}},
 	}
+	wrappers := map[string]string{"nvml": "nvml_dra_driver.py"} // ourDriver's, per machine
 	for _, m := range machines {
-		spec := ourDriver(t, m.args...)
-		if m.name == "nvml" {
-			wrapper := filepath.Join(filepath.Dir(fixture(t, "x86-nvidia-580")), "..", "nvml_dra_driver.py")
-			spec.Command = strings.Replace(spec.Command, " -m gpu_device_plugin ", fmt.Sprintf(" %q ", filepath.Clean(wrapper)), 1)
-		}
+		spec := ourDriver(t, wrappers[m.name], m.args...)
 		t.Run(m.name, func(t *testing.T) {
 			for _, check := range Checks {
 				if m.checks != nil && !contains(m.checks, check.Name) {
