@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from collections.abc import Mapping
 
 from ..api.grpc_server import Method, Server
-from ..host.paths import remove_socket
+from ..host.paths import is_socket_bound_as, remove_socket
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +38,7 @@ class SocketServer:
         self._inode = os.stat(self.path).st_ino
 
     def owns_socket(self) -> bool:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return False
-        return stat.S_ISSOCK(st.st_mode) and st.st_ino == self._inode
+        return is_socket_bound_as(self.path, self._inode)
 
     def wake(self) -> None:
         if self.server is not None:

@@ -52,3 +52,13 @@ def remove_socket(path: str) -> None:
             os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def is_socket_bound_as(path: str, inode: int | None) -> bool:
+    """`path` is still the socket we bound (its inode then): not deleted, not replaced by another
+    process's socket, which stopping must then leave alone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISSOCK(st.st_mode) and st.st_ino == inode

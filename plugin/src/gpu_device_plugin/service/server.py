@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import stat
 
 from ..api import grpc_client, wire
 from ..api.grpc_server import Method, Server
 from ..api.schema import PACKAGE, SERVICES, VERSION
 from ..api.status import RpcFailure
-from ..host.paths import remove_socket
+from ..host.paths import is_socket_bound_as, remove_socket
 from .servicer import DevicePluginServicer, request_log
 
 
@@ -61,13 +60,7 @@ class PluginServer:
 
     def owns_socket(self) -> bool:
         """Our socket file is still the one we bound (not deleted, not replaced)."""
-        try:
-            st = os.stat(self.socket_path)
-        except OSError:
-            return False
-        return stat.S_ISSOCK(st.st_mode) and st.st_ino == self.inode
-
-
+        return is_socket_bound_as(self.socket_path, self.inode)
 
 
 def register(kubelet_socket: str, endpoint: str, resource: str, timeout: float = 5.0) -> None:
