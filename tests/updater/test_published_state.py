@@ -241,7 +241,7 @@ def test_a_data_partition_that_does_not_mount_in_this_boot_is_what_the_node_repo
 
 
 def test_a_node_without_the_check_says_unknown_and_a_broken_log_line_costs_nothing(
-        board: Board, kubelet: HealthServer, tmp_path: Path) -> None:
+        board: Board, kubelet: HealthServer) -> None:
     assert node_status(board, kubelet)["data"]["annotation"] == "unknown"
     lines = ["not json", json.dumps({"boot_id": "b1", "check": {"state": "half"}}),
              json.dumps({"boot_id": "b2", "check": {"state": "repaired", "time": "2026-11-02T00:00:00Z"}})]
